@@ -1,0 +1,83 @@
+// Command baremetal-cloud-controller-manager is the Kubernetes cloud-controller-manager
+// for on-prem bare metal. It is the upstream CCM command (k8s.io/cloud-provider/app:
+// its flags, leader election, secure serving with /healthz and /metrics) with the
+// "baremetal" provider registered and selected by default.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/app"
+	"k8s.io/cloud-provider/app/config"
+	"k8s.io/cloud-provider/names"
+	"k8s.io/cloud-provider/options"
+	"k8s.io/component-base/cli"
+	cliflag "k8s.io/component-base/cli/flag"
+	_ "k8s.io/component-base/logs/json/register"          // --logging-format=json
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics on /metrics
+	_ "k8s.io/component-base/metrics/prometheus/version"  // build info metric
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
+)
+
+const program = "baremetal-cloud-controller-manager"
+
+func main() {
+	if wantsVersion(os.Args[1:]) {
+		fmt.Println(version.String(program))
+		return
+	}
+	opts, err := options.NewCloudControllerManagerOptions()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
+		os.Exit(1)
+	}
+	opts.KubeCloudShared.CloudProvider.Name = provider.Name
+	provider.Register()
+
+	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, app.DefaultInitFuncConstructors,
+		names.CCMControllerAliases(), cliflag.NamedFlagSets{}, wait.NeverStop)
+	cmd.Use = program
+	cmd.Long = program + " runs the Kubernetes cloud controllers (node, node-lifecycle, service, route) for on-prem bare metal: Nodes are initialized from a server inventory."
+	os.Exit(cli.Run(cmd))
+}
+
+func initCloud(c *config.CompletedConfig) cloudprovider.Interface {
+	cp := c.ComponentConfig.KubeCloudShared.CloudProvider
+	if cp.Name != provider.Name {
+		fmt.Fprintf(os.Stderr, "%s: --cloud-provider=%q is not supported; use %q\n", program, cp.Name, provider.Name)
+		os.Exit(1)
+	}
+	if cp.CloudConfigFile == "" {
+		fmt.Fprintf(os.Stderr, "%s: --cloud-config is required (the path of a CloudConfig file, see the README)\n", program)
+		os.Exit(1)
+	}
+	if _, err := os.Stat(cp.CloudConfigFile); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: --cloud-config: %v\n", program, err)
+		os.Exit(1)
+	}
+	cloud, err := cloudprovider.InitCloudProvider(cp.Name, cp.CloudConfigFile)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
+		os.Exit(1)
+	}
+	return cloud
+}
+
+// wantsVersion reports whether the arguments ask for --version (the upstream flag
+// prints the Kubernetes library version under the name "Kubernetes").
+func wantsVersion(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--version" || a == "--version=true" || a == "--version=raw" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,177 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/baremetal-ccm/baremetal-ccm/internal/strictyaml"
+)
+
+// Defaults, in one place.
+const (
+	DefaultFilePollInterval  = 5 * time.Second
+	DefaultHTTPPollInterval  = 30 * time.Second
+	DefaultHTTPTimeout       = 10 * time.Second
+	DefaultHTTPMaxBodyBytes  = 64 << 20
+	DefaultMaxRemovedHosts   = 10
+	DefaultMaxRemovedPercent = 25
+	DefaultAcknowledgeFile   = "/etc/baremetal-ccm/inventory-ack"
+	DefaultEventsNamespace   = "kube-system"
+)
+
+// ErrInvalid is wrapped by every error Parse returns for a document that decodes but
+// does not validate.
+var ErrInvalid = errors.New("invalid CloudConfig")
+
+// Load reads, defaults and validates the CloudConfig at path.
+func Load(path string) (*CloudConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading cloud config: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("cloud config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes data strictly, applies defaults and validates the result. The error
+// lists every problem found, each with its field path.
+func Parse(data []byte) (*CloudConfig, error) {
+	cfg := &CloudConfig{}
+	if err := strictyaml.Unmarshal(data, cfg); err != nil {
+		return nil, err
+	}
+	SetDefaults(cfg)
+	if errs := Validate(cfg); len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, errs.ToAggregate())
+	}
+	return cfg, nil
+}
+
+// SetDefaults fills every unset optional field with its default.
+func SetDefaults(c *CloudConfig) {
+	if c.EventsNamespace == "" {
+		c.EventsNamespace = DefaultEventsNamespace
+	}
+	if f := c.Inventory.File; f != nil && f.PollInterval == nil {
+		f.PollInterval = &metav1.Duration{Duration: DefaultFilePollInterval}
+	}
+	if h := c.Inventory.HTTP; h != nil {
+		if h.PollInterval == nil {
+			h.PollInterval = &metav1.Duration{Duration: DefaultHTTPPollInterval}
+		}
+		if h.Timeout == nil {
+			h.Timeout = &metav1.Duration{Duration: DefaultHTTPTimeout}
+		}
+		if h.MaxBodyBytes == 0 {
+			h.MaxBodyBytes = DefaultHTTPMaxBodyBytes
+		}
+	}
+	g := &c.Inventory.DeletionGuard
+	if g.MaxRemovedHosts == nil {
+		v := int32(DefaultMaxRemovedHosts)
+		g.MaxRemovedHosts = &v
+	}
+	if g.MaxRemovedPercent == nil {
+		v := int32(DefaultMaxRemovedPercent)
+		g.MaxRemovedPercent = &v
+	}
+	if g.AcknowledgeFile == "" {
+		g.AcknowledgeFile = DefaultAcknowledgeFile
+	}
+}
+
+// Validate returns every problem of a defaulted CloudConfig.
+func Validate(c *CloudConfig) field.ErrorList {
+	var errs field.ErrorList
+	if c.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), c.APIVersion, []string{APIVersion}))
+	}
+	if c.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), c.Kind, []string{Kind}))
+	}
+	for _, msg := range validation.IsDNS1123Label(c.EventsNamespace) {
+		errs = append(errs, field.Invalid(field.NewPath("eventsNamespace"), c.EventsNamespace, msg))
+	}
+	errs = append(errs, validateInventory(&c.Inventory, field.NewPath("inventory"))...)
+	return errs
+}
+
+func validateInventory(inv *InventoryConfig, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case inv.File == nil && inv.HTTP == nil:
+		errs = append(errs, field.Required(p, "set exactly one inventory source: inventory.file.path or inventory.http.url"))
+	case inv.File != nil && inv.HTTP != nil:
+		errs = append(errs, field.Forbidden(p.Child("http"), "inventory.file and inventory.http are mutually exclusive; set only one"))
+	}
+	if f := inv.File; f != nil {
+		fp := p.Child("file")
+		if f.Path == "" {
+			errs = append(errs, field.Required(fp.Child("path"), "path of the Inventory document"))
+		} else if !filepath.IsAbs(f.Path) {
+			errs = append(errs, field.Invalid(fp.Child("path"), f.Path, "must be an absolute path"))
+		}
+		errs = append(errs, validatePositive(f.PollInterval, fp.Child("pollInterval"))...)
+	}
+	if h := inv.HTTP; h != nil {
+		hp := p.Child("http")
+		u, err := url.Parse(h.URL)
+		switch {
+		case h.URL == "":
+			errs = append(errs, field.Required(hp.Child("url"), "URL of the Inventory document"))
+		case err != nil:
+			errs = append(errs, field.Invalid(hp.Child("url"), h.URL, err.Error()))
+		case u.Scheme != "http" && u.Scheme != "https":
+			errs = append(errs, field.Invalid(hp.Child("url"), h.URL, "scheme must be http or https"))
+		case u.Host == "":
+			errs = append(errs, field.Invalid(hp.Child("url"), h.URL, "must include a host"))
+		case u.User != nil:
+			errs = append(errs, field.Invalid(hp.Child("url"), "(redacted)", "must not carry credentials; use bearerTokenFile or a client certificate"))
+		}
+		if err == nil && u.Scheme == "http" && (h.CAFile != "" || h.InsecureSkipVerify || h.ClientCertFile != "") {
+			errs = append(errs, field.Invalid(hp.Child("url"), h.URL, "TLS settings (caFile, insecureSkipVerify, clientCertFile) need an https:// URL"))
+		}
+		if (h.ClientCertFile == "") != (h.ClientKeyFile == "") {
+			errs = append(errs, field.Required(hp.Child("clientKeyFile"), "clientCertFile and clientKeyFile must be set together"))
+		}
+		for name, v := range map[string]string{"caFile": h.CAFile, "clientCertFile": h.ClientCertFile, "clientKeyFile": h.ClientKeyFile, "bearerTokenFile": h.BearerTokenFile} {
+			if v != "" && !filepath.IsAbs(v) {
+				errs = append(errs, field.Invalid(hp.Child(name), v, "must be an absolute path"))
+			}
+		}
+		errs = append(errs, validatePositive(h.PollInterval, hp.Child("pollInterval"))...)
+		errs = append(errs, validatePositive(h.Timeout, hp.Child("timeout"))...)
+		if h.MaxBodyBytes < 0 {
+			errs = append(errs, field.Invalid(hp.Child("maxBodyBytes"), h.MaxBodyBytes, "must be positive"))
+		}
+	}
+	g, gp := inv.DeletionGuard, p.Child("deletionGuard")
+	if *g.MaxRemovedHosts < 0 {
+		errs = append(errs, field.Invalid(gp.Child("maxRemovedHosts"), *g.MaxRemovedHosts, "must be 0 or more"))
+	}
+	if *g.MaxRemovedPercent < 0 || *g.MaxRemovedPercent > 100 {
+		errs = append(errs, field.Invalid(gp.Child("maxRemovedPercent"), *g.MaxRemovedPercent, "must be between 0 and 100"))
+	}
+	if !filepath.IsAbs(g.AcknowledgeFile) {
+		errs = append(errs, field.Invalid(gp.Child("acknowledgeFile"), g.AcknowledgeFile, "must be an absolute path"))
+	}
+	return errs
+}
+
+func validatePositive(d *metav1.Duration, p *field.Path) field.ErrorList {
+	if d != nil && d.Duration <= 0 {
+		return field.ErrorList{field.Invalid(p, d.Duration.String(), "must be a positive duration such as 5s or 1m")}
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+// Package config defines the CloudConfig read from --cloud-config: its types, strict
+// decoding (unknown or duplicate fields are errors), defaults in one place, and
+// validation that reports every problem at once with its field path.
+//
+// A *CloudConfig returned by Parse or Load is defaulted and valid; callers treat it as
+// immutable.
+package config
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// APIVersion and Kind identify a CloudConfig document.
+const (
+	APIVersion = "baremetal-ccm.io/v1alpha1"
+	Kind       = "CloudConfig"
+)
+
+// CloudConfig is the configuration of the baremetal cloud provider.
+type CloudConfig struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+
+	// Inventory says where the server inventory comes from and how reloads are guarded.
+	Inventory InventoryConfig `json:"inventory"`
+
+	// EventsNamespace is where events about cluster-wide objects (the inventory) are
+	// recorded. Default: kube-system.
+	EventsNamespace string `json:"eventsNamespace,omitempty"`
+}
+
+// InventoryConfig selects exactly one inventory source.
+type InventoryConfig struct {
+	// File reads an Inventory document from a local file and reloads it when it changes.
+	File *FileSource `json:"file,omitempty"`
+	// HTTP polls an Inventory document from an HTTP(S) API.
+	HTTP *HTTPSource `json:"http,omitempty"`
+	// DeletionGuard limits how many hosts one inventory change may report gone.
+	DeletionGuard DeletionGuard `json:"deletionGuard"`
+}
+
+// FileSource reads the inventory from a YAML or JSON file.
+type FileSource struct {
+	// Path of the Inventory document.
+	Path string `json:"path"`
+	// PollInterval is how often the file is checked for changes. Default: 5s.
+	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+}
+
+// HTTPSource polls the inventory from an HTTP(S) endpoint that answers GET with an
+// Inventory document as JSON or YAML. ETag/If-None-Match is used when the server
+// supports it.
+type HTTPSource struct {
+	// URL of the document (http:// or https://).
+	URL string `json:"url"`
+	// CAFile is a PEM bundle used to verify the server's certificate instead of the
+	// system roots.
+	CAFile string `json:"caFile,omitempty"`
+	// InsecureSkipVerify disables server certificate verification. Explicit opt-in only.
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+	// ClientCertFile and ClientKeyFile authenticate to the server with mutual TLS.
+	ClientCertFile string `json:"clientCertFile,omitempty"`
+	ClientKeyFile  string `json:"clientKeyFile,omitempty"`
+	// BearerTokenFile holds a token sent as "Authorization: Bearer <token>"; it is
+	// re-read on every request so it can be rotated.
+	BearerTokenFile string `json:"bearerTokenFile,omitempty"`
+	// Timeout bounds one request, including reading the body. Default: 10s.
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// PollInterval is the time between requests. Default: 30s.
+	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+	// MaxBodyBytes caps the size of a response. Default: 64 MiB.
+	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
+}
+
+// DeletionGuard refuses to report hosts gone when one inventory change would make too
+// many of them vanish (absent or decommissioned) at once. A change trips the guard when
+// it exceeds either limit; it is then held until acknowledged (see AcknowledgeFile) or
+// replaced by an inventory within the limits.
+type DeletionGuard struct {
+	// MaxRemovedHosts is the largest number of hosts one change may report gone.
+	// Default: 10. Zero means any removal trips the guard.
+	MaxRemovedHosts *int32 `json:"maxRemovedHosts,omitempty"`
+	// MaxRemovedPercent is the largest share (0-100) of known hosts one change may
+	// report gone. Default: 25. 100 disables the share limit.
+	MaxRemovedPercent *int32 `json:"maxRemovedPercent,omitempty"`
+	// AcknowledgeFile is where an operator writes the digest of a held inventory
+	// (given in the DeletionGuardTripped event, log and metric) to accept it.
+	// Default: /etc/baremetal-ccm/inventory-ack.
+	AcknowledgeFile string `json:"acknowledgeFile,omitempty"`
+}

@@ -1,0 +1,170 @@
+// Package instances implements cloudprovider.InstancesV2 from the server inventory.
+//
+// InstanceMetadata and InstanceExists answer from the in-memory inventory and never
+// make a network call. InstanceExists reports a host gone only on positive evidence:
+// the Node's baremetal:// host is absent from, or decommissioned in, an inventory that
+// loaded without error while the deletion guard is not tripped. Everything else that is
+// not a clear "exists" is an error, so the node-lifecycle controller never deletes a
+// Node on a guess.
+package instances
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/klog/v2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+// Event reasons recorded on Nodes.
+const (
+	ReasonHostNotFound         = "HostNotFound"
+	ReasonHostAmbiguous        = "HostAmbiguous"
+	ReasonHostDecommissioned   = "HostDecommissioned"
+	ReasonHostGone             = "HostGone"
+	ReasonNodeIPNotInInventory = "NodeIPNotInInventory"
+	ReasonInventoryNotLoaded   = "InventoryNotLoaded"
+)
+
+// ErrDecommissioned: the Node's host is decommissioned, so it is not initialized.
+var ErrDecommissioned = errors.New("host is decommissioned")
+
+// Inventory is what Instances needs of the inventory store.
+type Inventory interface {
+	View() (*inventory.View, error)
+	DeletionAllowed() error
+}
+
+// EventRecorder records events on Nodes (a subset of record.EventRecorder).
+type EventRecorder interface {
+	Eventf(object runtime.Object, eventType, reason, messageFmt string, args ...any)
+}
+
+// Instances implements cloudprovider.InstancesV2.
+type Instances struct {
+	inv    Inventory
+	events EventRecorder
+}
+
+var _ cloudprovider.InstancesV2 = (*Instances)(nil)
+
+// New returns Instances answering from inv and recording Node events through events
+// (which may be nil).
+func New(inv Inventory, events EventRecorder) *Instances {
+	return &Instances{inv: inv, events: events}
+}
+
+// InstanceExists returns true when the Node's host is in the inventory and not
+// decommissioned. It returns (false, nil) only when the Node's host is positively gone
+// (its baremetal:// providerID names a host the inventory lacks, or the matched host is
+// decommissioned) and the inventory loaded without error with the deletion guard not
+// tripped. A Node that matches no host and has no providerID is an error, not "gone":
+// it was never known, so nothing proves it is gone.
+func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, error) {
+	logger := klog.FromContext(ctx).WithValues("node", node.Name)
+	view, err := i.inv.View()
+	if err != nil {
+		return false, err
+	}
+	host, _, err := view.Match(node)
+	var why string
+	switch {
+	case err == nil && !host.Gone():
+		return true, nil
+	case err == nil:
+		why = fmt.Sprintf("host %q is decommissioned in inventory %s", host.Name, view.Digest())
+	case errors.Is(err, inventory.ErrHostGone):
+		why = fmt.Sprintf("its host is not in inventory %s (%v)", view.Digest(), err)
+	default:
+		return false, fmt.Errorf("node %s: %w", node.Name, err)
+	}
+	if err := i.inv.DeletionAllowed(); err != nil {
+		return false, fmt.Errorf("node %s: %s, but not reporting it gone: %w", node.Name, why, err)
+	}
+	logger.Info("Reporting instance gone", "event", "instanceGone", "reason", why, "inventory", view.Digest())
+	i.eventf(node, v1.EventTypeNormal, ReasonHostGone, "Instance reported gone: %s. The node-lifecycle controller deletes NotReady Nodes whose instance is gone.", why)
+	return false, nil
+}
+
+// InstanceShutdown reports whether the Node's host is powered off. Power state comes
+// from the BMC, which this version does not query yet: it always returns false, so
+// the shutdown taint is never added.
+func (i *Instances) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, error) {
+	return false, nil
+}
+
+// InstanceMetadata returns the Node's providerID, instance type, zone, region,
+// addresses and labels from the inventory, without any network call. When kubelet set
+// --node-ip (annotation alpha.kubernetes.io/provided-node-ip) the returned addresses
+// include it. A Node that matches no host, matches ambiguously, or whose host is
+// decommissioned gets an error and an event on the Node saying why, and stays
+// uninitialized.
+func (i *Instances) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {
+	logger := klog.FromContext(ctx).WithValues("node", node.Name)
+	view, err := i.inv.View()
+	if err != nil {
+		i.eventf(node, v1.EventTypeWarning, ReasonInventoryNotLoaded, "Cannot initialize the Node: %v", err)
+		return nil, err
+	}
+	host, by, err := view.Match(node)
+	if err != nil {
+		reason := ReasonHostNotFound
+		if errors.Is(err, inventory.ErrAmbiguous) || errors.Is(err, inventory.ErrForeignProviderID) {
+			reason = ReasonHostAmbiguous
+		}
+		i.eventf(node, v1.EventTypeWarning, reason, "No instance metadata for the Node (inventory %s): %v", view.Digest(), err)
+		return nil, fmt.Errorf("node %s: %w", node.Name, err)
+	}
+	if host.Gone() {
+		i.eventf(node, v1.EventTypeWarning, ReasonHostDecommissioned, "Host %q is decommissioned in inventory %s; the Node is not initialized. Set its state to active (or remove the Node).", host.Name, view.Digest())
+		return nil, fmt.Errorf("node %s: host %q: %w", node.Name, host.Name, ErrDecommissioned)
+	}
+	logger.V(4).Info("Matched node to host", "host", host.Name, "by", by)
+
+	md := &cloudprovider.InstanceMetadata{
+		ProviderID:   host.ProviderID(),
+		InstanceType: host.InstanceType,
+		Zone:         host.Zone,
+		Region:       host.Region,
+	}
+	known := map[netip.Addr]bool{}
+	for _, a := range host.Addresses {
+		md.NodeAddresses = append(md.NodeAddresses, v1.NodeAddress{Type: a.Type, Address: a.Address})
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			known[ip] = true
+		}
+	}
+	var missing []string
+	for _, ip := range inventory.ProvidedNodeIPs(node) {
+		if !known[ip] {
+			md.NodeAddresses = append(md.NodeAddresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip.String()})
+			missing = append(missing, ip.String())
+		}
+	}
+	if len(missing) > 0 {
+		i.eventf(node, v1.EventTypeWarning, ReasonNodeIPNotInInventory, "kubelet --node-ip %s is not among host %q's addresses in the inventory; published it as InternalIP. Add it to the host's addresses if it is right, or fix kubelet's --node-ip.", strings.Join(missing, ","), host.Name)
+	}
+	if len(host.Labels) > 0 || host.Rack != "" {
+		md.AdditionalLabels = make(map[string]string, len(host.Labels)+1)
+		for k, v := range host.Labels {
+			md.AdditionalLabels[inventory.NodeLabelKey(k)] = v
+		}
+		if host.Rack != "" {
+			md.AdditionalLabels[inventory.LabelRack] = host.Rack
+		}
+	}
+	return md, nil
+}
+
+func (i *Instances) eventf(node *v1.Node, eventType, reason, format string, args ...any) {
+	if i.events != nil {
+		i.events.Eventf(node, eventType, reason, format, args...)
+	}
+}

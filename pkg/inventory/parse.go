@@ -1,0 +1,205 @@
+package inventory
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/baremetal-ccm/baremetal-ccm/internal/strictyaml"
+)
+
+// LabelPrefix is the prefix given to unprefixed inventory label keys.
+const LabelPrefix = "baremetal-ccm.io/"
+
+// LabelRack is the Node label that carries a host's rack.
+const LabelRack = LabelPrefix + "rack"
+
+// ErrInvalid is wrapped by every error Parse returns for a document that cannot be
+// used: undecodable, unknown fields, or failed validation.
+var ErrInvalid = errors.New("invalid inventory")
+
+var (
+	uuidRE     = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	reservedRE = regexp.MustCompile(`(^|\.)(kubernetes|k8s)\.io/`)
+)
+
+// Parse decodes and validates an Inventory document (YAML or JSON) and returns its
+// indexed View. The error wraps ErrInvalid and lists every problem with its field path.
+func Parse(data []byte) (*View, error) {
+	doc := &Document{}
+	if err := strictyaml.Unmarshal(data, doc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if errs := Validate(doc); len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, errs.ToAggregate())
+	}
+	return newView(doc, Digest(data)), nil
+}
+
+// Digest returns the short content digest that identifies an inventory document in
+// events, logs, metrics and acknowledgements.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:8])
+}
+
+// Validate returns every problem in doc. It normalizes doc in place (lower-case UUIDs,
+// canonical IPs, default state) so that a valid document can be indexed directly.
+func Validate(doc *Document) field.ErrorList {
+	var errs field.ErrorList
+	if doc.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), doc.APIVersion, []string{APIVersion}))
+	}
+	if doc.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), doc.Kind, []string{Kind}))
+	}
+	names := map[string]*field.Path{} // host names and hostnames
+	uuids := map[string]*field.Path{}
+	ips := map[netip.Addr]*field.Path{}
+	claim := func(seen map[string]*field.Path, key string, p *field.Path, what string) {
+		if prev, ok := seen[key]; ok {
+			errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s %q is already used at %s", what, key, prev)))
+			return
+		}
+		seen[key] = p
+	}
+	for i := range doc.Hosts {
+		h := &doc.Hosts[i]
+		hp := field.NewPath("hosts").Index(i)
+		if h.Name == "" {
+			errs = append(errs, field.Required(hp.Child("name"), "every host needs a unique name"))
+		} else {
+			for _, msg := range validation.IsDNS1123Subdomain(h.Name) {
+				errs = append(errs, field.Invalid(hp.Child("name"), h.Name, msg))
+			}
+			claim(names, h.Name, hp.Child("name"), "name")
+		}
+		for j, n := range h.Hostnames {
+			p := hp.Child("hostnames").Index(j)
+			n = strings.ToLower(n)
+			h.Hostnames[j] = n
+			for _, msg := range validation.IsDNS1123Subdomain(n) {
+				errs = append(errs, field.Invalid(p, n, msg))
+			}
+			if n != h.Name {
+				claim(names, n, p, "name")
+			}
+		}
+		if h.SystemUUID != "" {
+			p := hp.Child("systemUUID")
+			if !uuidRE.MatchString(h.SystemUUID) {
+				errs = append(errs, field.Invalid(p, h.SystemUUID, "must be a UUID like 4c4c4544-0042-3510-8052-b4c04f4e4d32 (as in /sys/class/dmi/id/product_uuid)"))
+			}
+			h.SystemUUID = strings.ToLower(h.SystemUUID)
+			claim(uuids, h.SystemUUID, p, "systemUUID")
+		}
+		for j := range h.Addresses {
+			a := &h.Addresses[j]
+			p := hp.Child("addresses").Index(j)
+			switch a.Type {
+			case v1.NodeInternalIP, v1.NodeExternalIP:
+				ip, err := netip.ParseAddr(a.Address)
+				if err != nil || ip.Zone() != "" || ip.IsUnspecified() {
+					errs = append(errs, field.Invalid(p.Child("address"), a.Address, "must be an IPv4 or IPv6 address"))
+					continue
+				}
+				ip = ip.Unmap()
+				a.Address = ip.String()
+				if prev, ok := ips[ip]; ok {
+					errs = append(errs, field.Duplicate(p.Child("address"), fmt.Sprintf("address %s is already used at %s", ip, prev)))
+				} else {
+					ips[ip] = p.Child("address")
+				}
+			case v1.NodeHostName, v1.NodeInternalDNS, v1.NodeExternalDNS:
+				for _, msg := range validation.IsDNS1123Subdomain(a.Address) {
+					errs = append(errs, field.Invalid(p.Child("address"), a.Address, msg))
+				}
+			default:
+				errs = append(errs, field.NotSupported(p.Child("type"), a.Type, []string{
+					string(v1.NodeInternalIP), string(v1.NodeExternalIP), string(v1.NodeHostName),
+					string(v1.NodeInternalDNS), string(v1.NodeExternalDNS)}))
+			}
+		}
+		for _, lv := range []struct {
+			name, value string
+		}{{"instanceType", h.InstanceType}, {"zone", h.Zone}, {"region", h.Region}, {"rack", h.Rack}} {
+			for _, msg := range validation.IsValidLabelValue(lv.value) {
+				errs = append(errs, field.Invalid(hp.Child(lv.name), lv.value, "becomes a Node label value: "+msg))
+			}
+		}
+		for k, v := range h.Labels {
+			p := hp.Child("labels").Key(k)
+			if reservedRE.MatchString(k) {
+				errs = append(errs, field.Invalid(p, k, "keys under kubernetes.io and k8s.io are reserved and would be dropped by the cloud-node controller; use an unprefixed key (published as "+LabelPrefix+"<key>) or your own prefix"))
+				continue
+			}
+			for _, msg := range validation.IsQualifiedName(NodeLabelKey(k)) {
+				errs = append(errs, field.Invalid(p, k, "not a valid label key: "+msg))
+			}
+			for _, msg := range validation.IsValidLabelValue(v) {
+				errs = append(errs, field.Invalid(p, v, "not a valid label value: "+msg))
+			}
+		}
+		switch h.State {
+		case "":
+			h.State = StateActive
+		case StateActive, StateMaintenance, StateDecommissioned:
+		default:
+			errs = append(errs, field.NotSupported(hp.Child("state"), h.State, []string{string(StateActive), string(StateMaintenance), string(StateDecommissioned)}))
+		}
+		if h.BMC != nil {
+			errs = append(errs, validateBMC(h.BMC, hp.Child("bmc"))...)
+		}
+	}
+	return errs
+}
+
+func validateBMC(b *BMC, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch b.Protocol {
+	case ProtocolRedfish, ProtocolIPMI:
+	case "":
+		errs = append(errs, field.Required(p.Child("protocol"), "redfish or ipmi"))
+	default:
+		errs = append(errs, field.NotSupported(p.Child("protocol"), b.Protocol, []string{ProtocolRedfish, ProtocolIPMI}))
+	}
+	if b.Address == "" {
+		errs = append(errs, field.Required(p.Child("address"), "host name, IP, or (redfish) https:// URL of the BMC"))
+	} else if strings.Contains(b.Address, "@") {
+		errs = append(errs, field.Invalid(p.Child("address"), "(redacted)", "must not carry credentials; use credentialsFile"))
+	} else if strings.Contains(b.Address, "://") && b.Protocol == ProtocolIPMI {
+		errs = append(errs, field.Invalid(p.Child("address"), b.Address, "an IPMI BMC address is a host name or IP, not a URL"))
+	}
+	if b.Port < 0 || b.Port > 65535 {
+		errs = append(errs, field.Invalid(p.Child("port"), b.Port, "must be between 1 and 65535"))
+	}
+	if b.CredentialsFile == "" {
+		errs = append(errs, field.Required(p.Child("credentialsFile"), "path of a file holding the BMC username and password (credentials are never inline)"))
+	} else if !strings.HasPrefix(b.CredentialsFile, "/") {
+		errs = append(errs, field.Invalid(p.Child("credentialsFile"), b.CredentialsFile, "must be an absolute path"))
+	}
+	if b.CAFile != "" && !strings.HasPrefix(b.CAFile, "/") {
+		errs = append(errs, field.Invalid(p.Child("caFile"), b.CAFile, "must be an absolute path"))
+	}
+	if b.Protocol == ProtocolIPMI && (b.InsecureSkipVerify || b.CAFile != "") {
+		errs = append(errs, field.Invalid(p.Child("insecureSkipVerify"), b.InsecureSkipVerify, "caFile and insecureSkipVerify apply to redfish (TLS) only"))
+	}
+	return errs
+}
+
+// NodeLabelKey returns the Node label key for an inventory label key: unprefixed keys
+// get LabelPrefix.
+func NodeLabelKey(k string) string {
+	if strings.Contains(k, "/") {
+		return k
+	}
+	return LabelPrefix + k
+}

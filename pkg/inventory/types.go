@@ -1,0 +1,103 @@
+// Package inventory holds the server inventory: the Inventory document, its strict
+// parsing and validation, an immutable indexed View used to match Nodes to hosts, the
+// sources it is loaded from (a file, an HTTP API), and a Store that reloads it, keeps the
+// last good View when a reload fails, and guards against mass deletion.
+package inventory
+
+import (
+	v1 "k8s.io/api/core/v1"
+)
+
+// APIVersion and Kind identify an Inventory document.
+const (
+	APIVersion = "baremetal-ccm.io/v1alpha1"
+	Kind       = "Inventory"
+)
+
+// ProviderIDPrefix is the scheme of every providerID this provider sets.
+const ProviderIDPrefix = "baremetal://"
+
+// State is the lifecycle state of a host.
+type State string
+
+// Host states.
+const (
+	// StateActive is a host in service (the default).
+	StateActive State = "active"
+	// StateMaintenance is a host being worked on: it is known and never reported gone.
+	StateMaintenance State = "maintenance"
+	// StateDecommissioned is a host taken out of service: its Node is reported gone.
+	StateDecommissioned State = "decommissioned"
+)
+
+// Document is the Inventory file or HTTP response.
+type Document struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Hosts      []Host `json:"hosts"`
+}
+
+// Host is one server.
+type Host struct {
+	// Name is the unique host name (a DNS-1123 subdomain); the providerID is
+	// baremetal://<name>.
+	Name string `json:"name"`
+	// Hostnames are other names the server's Node may register under.
+	Hostnames []string `json:"hostnames,omitempty"`
+	// SystemUUID is the SMBIOS system UUID, as kubelet reports in
+	// status.nodeInfo.systemUUID.
+	SystemUUID string `json:"systemUUID,omitempty"`
+	// Addresses are the Node addresses to publish (InternalIP, ExternalIP, Hostname,
+	// InternalDNS, ExternalDNS).
+	Addresses []Address `json:"addresses,omitempty"`
+	// InstanceType, Zone and Region become the standard node.kubernetes.io/instance-type
+	// and topology.kubernetes.io/{zone,region} labels.
+	InstanceType string `json:"instanceType,omitempty"`
+	Zone         string `json:"zone,omitempty"`
+	Region       string `json:"region,omitempty"`
+	// Rack becomes the label baremetal-ccm.io/rack.
+	Rack string `json:"rack,omitempty"`
+	// Labels are added to the Node at initialization. An unprefixed key k becomes
+	// baremetal-ccm.io/k; keys under kubernetes.io or k8s.io are rejected (the
+	// cloud-node controller would drop them).
+	Labels map[string]string `json:"labels,omitempty"`
+	// State is active (default), maintenance or decommissioned.
+	State State `json:"state,omitempty"`
+	// BMC is how to reach the server's baseboard management controller.
+	BMC *BMC `json:"bmc,omitempty"`
+}
+
+// Address is one Node address.
+type Address struct {
+	Type    v1.NodeAddressType `json:"type"`
+	Address string             `json:"address"`
+}
+
+// BMC protocols.
+const (
+	ProtocolRedfish = "redfish"
+	ProtocolIPMI    = "ipmi"
+)
+
+// BMC describes a host's baseboard management controller. Credentials are never
+// inline: they are read from CredentialsFile.
+type BMC struct {
+	// Protocol is redfish or ipmi.
+	Protocol string `json:"protocol"`
+	// Address is a host name, an IP, or for Redfish an http(s):// URL.
+	Address string `json:"address"`
+	// Port overrides the protocol's default port (443 for Redfish, 623 for IPMI).
+	Port int32 `json:"port,omitempty"`
+	// CredentialsFile holds the username and password.
+	CredentialsFile string `json:"credentialsFile,omitempty"`
+	// CAFile is a PEM bundle to verify the BMC's TLS certificate (Redfish).
+	CAFile string `json:"caFile,omitempty"`
+	// InsecureSkipVerify disables TLS verification for this BMC. Explicit opt-in only.
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
+// ProviderID returns the providerID of the host: baremetal://<name>.
+func (h *Host) ProviderID() string { return ProviderIDPrefix + h.Name }
+
+// Gone reports whether the host is out of service.
+func (h *Host) Gone() bool { return h.State == StateDecommissioned }

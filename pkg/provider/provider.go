@@ -1,0 +1,193 @@
+// Package provider is the "baremetal" cloudprovider.Interface: a thin composition of
+// the inventory store and the Instances implementation. It implements InstancesV2 and
+// answers nil, false for every other interface it does not implement yet.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/klog/v2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/instances"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+// Name is the provider's name, as given to --cloud-provider.
+const Name = "baremetal"
+
+// EventSource is the component name on every event the provider records.
+const EventSource = "baremetal-cloud-controller-manager"
+
+// Register makes the provider available to cloudprovider.InitCloudProvider under Name.
+func Register() {
+	cloudprovider.RegisterCloudProvider(Name, Factory)
+}
+
+// Factory builds the provider from the --cloud-config document.
+func Factory(r io.Reader) (cloudprovider.Interface, error) {
+	if r == nil {
+		return nil, errors.New("the baremetal provider needs --cloud-config=<path to a CloudConfig file>")
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading --cloud-config: %w", err)
+	}
+	cfg, err := config.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("--cloud-config: %w", err)
+	}
+	return New(cfg)
+}
+
+// Cloud is the baremetal cloud provider.
+type Cloud struct {
+	cfg       *config.CloudConfig
+	store     *inventory.Store
+	instances *instances.Instances
+	recorder  *lazyRecorder
+
+	startOnce sync.Once
+}
+
+var _ cloudprovider.Interface = (*Cloud)(nil)
+var _ cloudprovider.InformerUser = (*Cloud)(nil)
+
+// New builds the provider from a validated config. It fails when the inventory source
+// cannot be set up (for example an unreadable CA file); it does not load the
+// inventory, which Initialize starts.
+func New(cfg *config.CloudConfig) (*Cloud, error) {
+	src, err := inventory.NewSource(&cfg.Inventory)
+	if err != nil {
+		return nil, err
+	}
+	g := cfg.Inventory.DeletionGuard
+	rec := &lazyRecorder{}
+	inventoryRef := &v1.ObjectReference{
+		APIVersion: inventory.APIVersion, Kind: inventory.Kind,
+		Name: "inventory", Namespace: cfg.EventsNamespace,
+	}
+	store := inventory.NewStore(src, inventory.Guard{
+		MaxHosts: int(*g.MaxRemovedHosts), MaxPercent: int(*g.MaxRemovedPercent), AckFile: g.AcknowledgeFile,
+	}, refSink{rec: rec, ref: inventoryRef}, nil)
+	return &Cloud{
+		cfg:       cfg,
+		store:     store,
+		instances: instances.New(store, rec),
+		recorder:  rec,
+	}, nil
+}
+
+// Store returns the inventory store.
+func (c *Cloud) Store() *inventory.Store { return c.store }
+
+// Initialize starts event recording and the inventory reload loop. The framework
+// calls it on the elected leader before any controller runs.
+func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-stop
+		cancel()
+	}()
+	client := clientBuilder.ClientOrDie("baremetal-cloud-provider")
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	c.recorder.set(broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource}))
+	c.Start(ctx)
+}
+
+// Start runs the inventory reload loop until ctx is done. It is idempotent.
+func (c *Cloud) Start(ctx context.Context) {
+	c.startOnce.Do(func() {
+		logger := klog.FromContext(ctx).WithName("inventory")
+		go c.store.Run(klog.NewContext(ctx, logger))
+	})
+}
+
+// SetInformers lets the deletion guard see which hosts the cluster's Nodes reference.
+func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
+	nodes := factory.Core().V1().Nodes()
+	informer := nodes.Informer()
+	c.store.SetNodeHosts(nodeHosts(nodes.Lister(), informer.HasSynced))
+}
+
+func nodeHosts(lister corelisters.NodeLister, synced cache.InformerSynced) inventory.NodeHostsFunc {
+	return func() ([]string, bool) {
+		if !synced() {
+			return nil, false
+		}
+		nodes, err := lister.List(labels.Everything())
+		if err != nil {
+			return nil, false
+		}
+		var ids []string
+		for _, n := range nodes {
+			if id, ok := inventory.HostIDFromProviderID(n.Spec.ProviderID); ok {
+				ids = append(ids, id)
+			}
+		}
+		return ids, true
+	}
+}
+
+// InstancesV2 returns the inventory-backed implementation.
+func (c *Cloud) InstancesV2() (cloudprovider.InstancesV2, bool) { return c.instances, true }
+
+// LoadBalancer is not implemented yet.
+func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) { return nil, false }
+
+// Instances is superseded by InstancesV2.
+func (c *Cloud) Instances() (cloudprovider.Instances, bool) { return nil, false }
+
+// Zones is superseded by InstancesV2, which returns zone and region.
+func (c *Cloud) Zones() (cloudprovider.Zones, bool) { return nil, false }
+
+// Clusters is not implemented.
+func (c *Cloud) Clusters() (cloudprovider.Clusters, bool) { return nil, false }
+
+// Routes is not implemented yet.
+func (c *Cloud) Routes() (cloudprovider.Routes, bool) { return nil, false }
+
+// ProviderName returns Name.
+func (c *Cloud) ProviderName() string { return Name }
+
+// HasClusterID returns true: a datacenter has no cluster tagging to check.
+func (c *Cloud) HasClusterID() bool { return true }
+
+// lazyRecorder drops events until Initialize gives it a recorder.
+type lazyRecorder struct {
+	r atomic.Pointer[record.EventRecorder]
+}
+
+func (l *lazyRecorder) set(r record.EventRecorder) { l.r.Store(&r) }
+
+func (l *lazyRecorder) Eventf(obj runtime.Object, eventType, reason, format string, args ...any) {
+	if r := l.r.Load(); r != nil {
+		(*r).Eventf(obj, eventType, reason, format, args...)
+	}
+}
+
+// refSink records inventory events on a fixed object reference.
+type refSink struct {
+	rec *lazyRecorder
+	ref *v1.ObjectReference
+}
+
+func (s refSink) Eventf(eventType, reason, format string, args ...any) {
+	s.rec.Eventf(s.ref, eventType, reason, format, args...)
+}
