@@ -83,7 +83,8 @@ type Store struct {
 	nodeHosts atomic.Pointer[NodeHostsFunc]
 
 	mu          sync.Mutex // serializes reloads and guards the fields below
-	loadErr     error
+	loadErr     error // of the latest reload
+	docErr      error // of the latest document fetched (an unchanged source repeats it)
 	lastEvErr   string
 	trip        *Trip
 	pending     *View // held by the guard; nil when the view itself is held (first load)
@@ -168,9 +169,14 @@ func (s *Store) Reload(ctx context.Context) error {
 
 	start := s.clock.Now()
 	data, unchanged, err := s.src.Fetch(ctx)
-	if err == nil && !unchanged {
+	switch {
+	case err != nil:
+	case unchanged:
+		err = s.docErr
+	default:
 		var cand *View
 		cand, err = Parse(data)
+		s.docErr = err
 		if err == nil {
 			s.apply(ctx, cand)
 		}

@@ -30,7 +30,7 @@ type View struct {
 	byName map[string]*Host     // host names and hostnames
 	byID   map[string]*Host     // host names only
 	byUUID map[string]*Host     // lower-case system UUIDs
-	byIP   map[netip.Addr]*Host // InternalIP and ExternalIP addresses
+	byIP   map[netip.Addr]*Host // InternalIP addresses
 }
 
 func newView(doc *Document, digest string) *View {
@@ -54,7 +54,7 @@ func newView(doc *Document, digest string) *View {
 			v.byUUID[h.SystemUUID] = h
 		}
 		for _, a := range h.Addresses {
-			if a.Type == v1.NodeInternalIP || a.Type == v1.NodeExternalIP {
+			if a.Type == v1.NodeInternalIP {
 				v.byIP[netip.MustParseAddr(a.Address)] = h
 			}
 		}
@@ -90,8 +90,8 @@ func HostIDFromProviderID(providerID string) (string, bool) {
 // Match returns the host a Node runs on. A set providerID is authoritative: a
 // baremetal:// one names the host (ErrHostGone when the inventory lacks it), any other
 // is ErrForeignProviderID. Without a providerID the Node is matched by systemUUID, by
-// name against host names and hostnames, and by InternalIP (status or kubelet's
-// provided node IP); when these point at different hosts the result is ErrAmbiguous,
+// name against host names and hostnames, and by InternalIP (the Node's status or
+// kubelet's provided node IP against the hosts' InternalIP addresses); when these point at different hosts the result is ErrAmbiguous,
 // never a guess. The returned string says which criterion matched.
 func (v *View) Match(node *v1.Node) (*Host, string, error) {
 	if pid := node.Spec.ProviderID; pid != "" {

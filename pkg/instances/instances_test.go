@@ -1,0 +1,213 @@
+package instances
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+const doc = `
+apiVersion: baremetal-ccm.io/v1alpha1
+kind: Inventory
+hosts:
+- name: node-a
+  systemUUID: 4c4c4544-0042-3510-8052-b4c04f4e4d32
+  addresses:
+  - {type: InternalIP, address: 10.0.0.11}
+  - {type: InternalIP, address: "fd00::11"}
+  - {type: Hostname, address: node-a}
+  instanceType: r650
+  zone: rack1
+  region: dc1
+  rack: r1
+  labels: {pool: gpu, example.com/owner: team-a}
+- name: node-b
+  state: maintenance
+- name: node-c
+  state: decommissioned
+`
+
+// fakeInventory is a test double for the Store.
+type fakeInventory struct {
+	view     *inventory.View
+	viewErr  error
+	allowErr error
+}
+
+func (f *fakeInventory) View() (*inventory.View, error) { return f.view, f.viewErr }
+func (f *fakeInventory) DeletionAllowed() error          { return f.allowErr }
+
+type event struct{ node, typ, reason, msg string }
+
+type fakeRecorder struct {
+	mu     sync.Mutex
+	events []event
+}
+
+func (r *fakeRecorder) Eventf(obj runtime.Object, typ, reason, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, event{obj.(*v1.Node).Name, typ, reason, fmt.Sprintf(format, args...)})
+}
+
+func (r *fakeRecorder) reasons() []string {
+	var out []string
+	for _, e := range r.events {
+		out = append(out, e.reason)
+	}
+	return out
+}
+
+func setup(t *testing.T) (*Instances, *fakeInventory, *fakeRecorder, context.Context) {
+	t.Helper()
+	v, err := inventory.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := &fakeInventory{view: v}
+	rec := &fakeRecorder{}
+	_, ctx := ktesting.NewTestContext(t)
+	return New(inv, rec), inv, rec, ctx
+}
+
+func mkNode(name, providerID string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NodeSpec{ProviderID: providerID}}
+}
+
+func TestInstanceMetadata(t *testing.T) {
+	inst, _, rec, ctx := setup(t)
+	n := mkNode("x", "")
+	n.Status.NodeInfo.SystemUUID = "4C4C4544-0042-3510-8052-B4C04F4E4D32"
+	md, err := inst.InstanceMetadata(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.ProviderID != "baremetal://node-a" || md.InstanceType != "r650" || md.Zone != "rack1" || md.Region != "dc1" {
+		t.Errorf("metadata = %+v", md)
+	}
+	if len(md.NodeAddresses) != 3 || md.NodeAddresses[0].Address != "10.0.0.11" || md.NodeAddresses[1].Address != "fd00::11" {
+		t.Errorf("addresses = %v", md.NodeAddresses)
+	}
+	want := map[string]string{"baremetal-ccm.io/pool": "gpu", "example.com/owner": "team-a", "baremetal-ccm.io/rack": "r1"}
+	if fmt.Sprint(md.AdditionalLabels) != fmt.Sprint(want) {
+		t.Errorf("labels = %v, want %v", md.AdditionalLabels, want)
+	}
+	if len(rec.events) != 0 {
+		t.Errorf("unexpected events %v", rec.events)
+	}
+}
+
+func TestInstanceMetadataProvidedNodeIP(t *testing.T) {
+	inst, _, rec, ctx := setup(t)
+	n := mkNode("node-a", "")
+	n.Annotations = map[string]string{"alpha.kubernetes.io/provided-node-ip": "10.0.0.11,fd00::99"}
+	md, err := inst.InstanceMetadata(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ips []string
+	for _, a := range md.NodeAddresses {
+		ips = append(ips, a.Address)
+	}
+	if got := strings.Join(ips, ","); got != "10.0.0.11,fd00::11,node-a,fd00::99" {
+		t.Errorf("addresses = %s; the provided node IPs must be included", got)
+	}
+	if fmt.Sprint(rec.reasons()) != "[NodeIPNotInInventory]" || !strings.Contains(rec.events[0].msg, "fd00::99") {
+		t.Errorf("events = %v", rec.events)
+	}
+}
+
+func TestInstanceMetadataErrors(t *testing.T) {
+	tests := []struct {
+		name       string
+		node       *v1.Node
+		viewErr    error
+		wantErr    error
+		wantReason string
+	}{
+		{"no match", mkNode("stranger", ""), nil, inventory.ErrNoMatch, ReasonHostNotFound},
+		{"gone host", mkNode("x", "baremetal://vanished"), nil, inventory.ErrHostGone, ReasonHostNotFound},
+		{"foreign", mkNode("x", "aws:///i-1"), nil, inventory.ErrForeignProviderID, ReasonHostAmbiguous},
+		{"decommissioned", mkNode("node-c", ""), nil, ErrDecommissioned, ReasonHostDecommissioned},
+		{"not loaded", mkNode("node-a", ""), inventory.ErrNotLoaded, inventory.ErrNotLoaded, ReasonInventoryNotLoaded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inst, inv, rec, ctx := setup(t)
+			if tt.viewErr != nil {
+				inv.view, inv.viewErr = nil, tt.viewErr
+			}
+			md, err := inst.InstanceMetadata(ctx, tt.node)
+			if !errors.Is(err, tt.wantErr) || md != nil {
+				t.Fatalf("InstanceMetadata = %v, %v; want %v", md, err, tt.wantErr)
+			}
+			if len(rec.events) != 1 || rec.events[0].reason != tt.wantReason || rec.events[0].typ != v1.EventTypeWarning {
+				t.Fatalf("events = %v, want one %s warning", rec.events, tt.wantReason)
+			}
+		})
+	}
+}
+
+// TestInstanceExists is the deletion contract: (false, nil) only on positive evidence.
+func TestInstanceExists(t *testing.T) {
+	tests := []struct {
+		name       string
+		node       *v1.Node
+		viewErr    error
+		allowErr   error
+		wantExists bool
+		wantErr    error
+	}{
+		{"active host", mkNode("x", "baremetal://node-a"), nil, nil, true, nil},
+		{"maintenance host exists", mkNode("node-b", ""), nil, nil, true, nil},
+		{"matched by name", mkNode("node-a", ""), nil, nil, true, nil},
+		{"absent host is gone", mkNode("x", "baremetal://vanished"), nil, nil, false, nil},
+		{"decommissioned host is gone", mkNode("x", "baremetal://node-c"), nil, nil, false, nil},
+		{"decommissioned, matched by name, is gone", mkNode("node-c", ""), nil, nil, false, nil},
+		{"never-matched node is an error, not gone", mkNode("stranger", ""), nil, nil, false, inventory.ErrNoMatch},
+		{"foreign providerID is an error", mkNode("x", "aws:///i-1"), nil, nil, false, inventory.ErrForeignProviderID},
+		{"inventory not loaded is an error", mkNode("x", "baremetal://vanished"), inventory.ErrNotLoaded, nil, false, inventory.ErrNotLoaded},
+		{"reload failing: gone is held", mkNode("x", "baremetal://vanished"), nil, inventory.ErrReloadFailing, false, inventory.ErrReloadFailing},
+		{"guard tripped: gone is held", mkNode("x", "baremetal://node-c"), nil, inventory.ErrDeletionGuard, false, inventory.ErrDeletionGuard},
+		{"guard tripped: existing host still exists", mkNode("x", "baremetal://node-a"), nil, inventory.ErrDeletionGuard, true, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inst, inv, rec, ctx := setup(t)
+			inv.allowErr = tt.allowErr
+			if tt.viewErr != nil {
+				inv.view, inv.viewErr = nil, tt.viewErr
+			}
+			exists, err := inst.InstanceExists(ctx, tt.node)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("InstanceExists = %v, %v; want error %v", exists, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || exists != tt.wantExists {
+				t.Fatalf("InstanceExists = %v, %v; want %v", exists, err, tt.wantExists)
+			}
+			if !exists && (len(rec.events) != 1 || rec.events[0].reason != ReasonHostGone) {
+				t.Errorf("events = %v, want one HostGone", rec.events)
+			}
+		})
+	}
+}
+
+func TestInstanceShutdownIsFalseWithoutBMC(t *testing.T) {
+	inst, _, _, ctx := setup(t)
+	if off, err := inst.InstanceShutdown(ctx, mkNode("node-a", "baremetal://node-a")); off || err != nil {
+		t.Fatalf("InstanceShutdown = %v, %v", off, err)
+	}
+}
