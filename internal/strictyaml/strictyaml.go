@@ -3,6 +3,7 @@
 package strictyaml
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,9 +16,13 @@ import (
 // reported, joined into one error, with its path (for example `unknown field
 // "hosts[2].bmc.pasword"`).
 func Unmarshal(data []byte, out any) error {
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return fmt.Errorf("not valid YAML or JSON: %w", err)
+	js := data
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
+		// YAML (or empty): convert. JSON objects skip the (much slower) YAML parser.
+		var err error
+		if js, err = yaml.YAMLToJSONStrict(data); err != nil {
+			return fmt.Errorf("not valid YAML or JSON: %w", err)
+		}
 	}
 	if strings.TrimSpace(string(js)) == "null" {
 		return errors.New("document is empty")

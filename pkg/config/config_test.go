@@ -174,7 +174,10 @@ func TestLoad(t *testing.T) {
 
 // TestExampleConfigs keeps the shipped examples valid.
 func TestExampleConfigs(t *testing.T) {
-	matches, _ := filepath.Glob("../../examples/cloud-config*.yaml")
+	matches, _ := filepath.Glob("../../packaging/examples/cloud-config*.yaml")
+	if len(matches) < 2 {
+		t.Fatalf("examples not found: %v", matches)
+	}
 	for _, m := range matches {
 		if _, err := Load(m); err != nil {
 			t.Errorf("%s: %v", m, err)

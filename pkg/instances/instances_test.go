@@ -45,7 +45,7 @@ type fakeInventory struct {
 }
 
 func (f *fakeInventory) View() (*inventory.View, error) { return f.view, f.viewErr }
-func (f *fakeInventory) DeletionAllowed() error          { return f.allowErr }
+func (f *fakeInventory) DeletionAllowed() error         { return f.allowErr }
 
 type event struct{ node, typ, reason, msg string }
 

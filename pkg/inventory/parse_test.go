@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -132,10 +133,10 @@ hosts:
 
 func TestParseRejectsUnknownFieldsAndGarbage(t *testing.T) {
 	for name, doc := range map[string]string{
-		"unknown field": "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: a\n  bmc: {protocol: ipmi, address: x, credentialsFile: /c, pasword: x}\n",
-		"garbage":       "\x00\x01 this is : not : yaml [",
-		"empty":         "",
-		"wrong kind":    "apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\nhosts: []\n",
+		"unknown field":  "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: a\n  bmc: {protocol: ipmi, address: x, credentialsFile: /c, pasword: x}\n",
+		"garbage":        "\x00\x01 this is : not : yaml [",
+		"empty":          "",
+		"wrong kind":     "apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\nhosts: []\n",
 		"hosts not list": "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts: {a: b}\n",
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -167,4 +168,15 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("nil view without error")
 		}
 	})
+}
+
+// TestExampleInventory keeps the shipped example valid.
+func TestExampleInventory(t *testing.T) {
+	data, err := os.ReadFile("../../packaging/examples/inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(data); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -83,8 +83,8 @@ type Store struct {
 	nodeHosts atomic.Pointer[NodeHostsFunc]
 
 	mu          sync.Mutex // serializes reloads and guards the fields below
-	loadErr     error // of the latest reload
-	docErr      error // of the latest document fetched (an unchanged source repeats it)
+	loadErr     error      // of the latest reload
+	docErr      error      // of the latest document fetched (an unchanged source repeats it)
 	lastEvErr   string
 	trip        *Trip
 	pending     *View // held by the guard; nil when the view itself is held (first load)

@@ -27,8 +27,8 @@ func node(name string, opts ...nodeOpt) *v1.Node {
 	return n
 }
 
-func withProviderID(id string) nodeOpt  { return func(n *v1.Node) { n.Spec.ProviderID = id } }
-func withUUID(u string) nodeOpt         { return func(n *v1.Node) { n.Status.NodeInfo.SystemUUID = u } }
+func withProviderID(id string) nodeOpt { return func(n *v1.Node) { n.Spec.ProviderID = id } }
+func withUUID(u string) nodeOpt        { return func(n *v1.Node) { n.Status.NodeInfo.SystemUUID = u } }
 func withInternalIP(ip string) nodeOpt {
 	return func(n *v1.Node) {
 		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip})
