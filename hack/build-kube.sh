@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build-kube.sh [OUTDIR] [K8S_VERSION]
 #
-# Builds kube-apiserver and kube-controller-manager for the e2e harness from the Go
+# Builds kube-apiserver, kube-controller-manager and kubectl for the e2e harness and demo from the Go
 # module proxy into OUTDIR (default: $BAREMETAL_CCM_CACHE/kube/v<version>, where the
 # cache defaults to ~/.cache/baremetal-ccm). k8s.io/kubernetes cannot be `go install`ed
 # (its go.mod replaces the staging modules), so a scratch module requires it and replaces
@@ -12,7 +12,7 @@ V=${2:-${KUBE_VERSION:-1.37.2}}
 CACHE=${BAREMETAL_CCM_CACHE:-$HOME/.cache/baremetal-ccm}
 OUT=$(realpath -m "${1:-$CACHE/kube/v$V}")
 v=0.${V#1.}
-if [ "$(cat "$OUT/.version" 2>/dev/null)" = "v$V" ] && [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/kube-controller-manager" ]; then
+if [ "$(cat "$OUT/.version" 2>/dev/null)" = "v$V" ] && [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/kube-controller-manager" ] && [ -x "$OUT/kubectl" ]; then
   echo "$OUT"
   exit 0
 fi
@@ -29,14 +29,16 @@ for m in api apiextensions-apiserver apimachinery apiserver cli-runtime client-g
   mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller streaming; do
   go mod edit -replace="k8s.io/$m=k8s.io/$m@v$v"
 done
-printf '//go:build tools\npackage tools\nimport (\n_ "k8s.io/kubernetes/cmd/kube-apiserver"\n_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n)\n' > tools.go
-echo "building kube-apiserver and kube-controller-manager v$V into $OUT (first time ~15 min)" >&2
+printf '//go:build tools\npackage tools\nimport (\n_ "k8s.io/kubernetes/cmd/kube-apiserver"\n_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n_ "k8s.io/kubernetes/cmd/kubectl"\n)\n' > tools.go
+echo "building kube-apiserver, kube-controller-manager and kubectl v$V into $OUT (first time ~15 min)" >&2
 go mod tidy >&2
 minor=${V#1.}; minor=${minor%%.*}
 ld="-s -w -X k8s.io/component-base/version.gitVersion=v$V -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
 CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$OUT/kube-controller-manager.tmp" k8s.io/kubernetes/cmd/kube-controller-manager
+CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$OUT/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl
 mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
+mv "$OUT/kubectl.tmp" "$OUT/kubectl"
 mv "$OUT/kube-controller-manager.tmp" "$OUT/kube-controller-manager"
 echo "v$V" > "$OUT/.version"
 echo "$OUT"

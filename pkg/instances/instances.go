@@ -39,7 +39,7 @@ var ErrDecommissioned = errors.New("host is decommissioned")
 // Inventory is what Instances needs of the inventory store.
 type Inventory interface {
 	View() (*inventory.View, error)
-	DeletionAllowed() error
+	DeletionAllowed(ctx context.Context) error
 }
 
 // EventRecorder records events on Nodes (a subset of record.EventRecorder).
@@ -85,7 +85,7 @@ func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, er
 	default:
 		return false, fmt.Errorf("node %s: %w", node.Name, err)
 	}
-	if err := i.inv.DeletionAllowed(); err != nil {
+	if err := i.inv.DeletionAllowed(ctx); err != nil {
 		return false, fmt.Errorf("node %s: %s, but not reporting it gone: %w", node.Name, why, err)
 	}
 	logger.Info("Reporting instance gone", "event", "instanceGone", "reason", why, "inventory", view.Digest())

@@ -44,8 +44,8 @@ type fakeInventory struct {
 	allowErr error
 }
 
-func (f *fakeInventory) View() (*inventory.View, error) { return f.view, f.viewErr }
-func (f *fakeInventory) DeletionAllowed() error         { return f.allowErr }
+func (f *fakeInventory) View() (*inventory.View, error)        { return f.view, f.viewErr }
+func (f *fakeInventory) DeletionAllowed(context.Context) error { return f.allowErr }
 
 type event struct{ node, typ, reason, msg string }
 

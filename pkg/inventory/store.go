@@ -95,6 +95,9 @@ type Store struct {
 type status struct {
 	loadErr error
 	trip    *Trip
+	// unverified: the view has not been compared with the Nodes yet although a
+	// NodeHostsFunc is set.
+	unverified bool
 }
 
 // NewStore returns a Store that has loaded nothing yet; call Reload or Run.
@@ -111,7 +114,12 @@ func NewStore(src Source, guard Guard, events EventSink, clk clock.PassiveClock)
 // SetNodeHosts gives the Store a way to see which hosts existing Nodes reference, so
 // the deletion guard also protects against an inventory that lost hosts while the
 // process was not running.
-func (s *Store) SetNodeHosts(fn NodeHostsFunc) { s.nodeHosts.Store(&fn) }
+func (s *Store) SetNodeHosts(fn NodeHostsFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodeHosts.Store(&fn)
+	s.publish()
+}
 
 // Source returns the Store's source.
 func (s *Store) Source() Source { return s.src }
@@ -131,14 +139,24 @@ func (s *Store) View() (*View, error) {
 }
 
 // DeletionAllowed returns nil when the current View may be used to report hosts gone:
-// it loaded, the latest reload succeeded, and the deletion guard is not tripped.
+// it loaded, the latest reload succeeded, it has been compared with the hosts the Nodes
+// reference (when SetNodeHosts was called), and the deletion guard is not tripped.
 // Otherwise it returns an error wrapping ErrNotLoaded, ErrReloadFailing or
 // ErrDeletionGuard that says what to do.
-func (s *Store) DeletionAllowed() error {
+func (s *Store) DeletionAllowed(ctx context.Context) error {
 	if _, err := s.View(); err != nil {
 		return err
 	}
 	st := s.status.Load()
+	if st.unverified {
+		s.mu.Lock()
+		s.checkNodes(ctx)
+		s.publish()
+		s.mu.Unlock()
+		if st = s.status.Load(); st.unverified {
+			return fmt.Errorf("%w: the inventory has not been compared with the cluster's Nodes yet (Node informer not synced); no Node is reported gone until it is", ErrDeletionGuard)
+		}
+	}
 	if st.loadErr != nil {
 		return fmt.Errorf("%w: %w; no Node is reported gone until %s loads again", ErrReloadFailing, st.loadErr, s.src)
 	}
@@ -365,7 +383,8 @@ func (s *Store) readAck(ctx context.Context) string {
 }
 
 func (s *Store) publish() {
-	s.status.Store(&status{loadErr: s.loadErr, trip: s.trip})
+	unverified := s.view.Load() != nil && !s.nodeChecked && s.nodeHosts.Load() != nil
+	s.status.Store(&status{loadErr: s.loadErr, trip: s.trip, unverified: unverified})
 }
 
 func (s *Store) viewDigest() string {

@@ -135,8 +135,8 @@ func TestStoreNotLoaded(t *testing.T) {
 	if !errors.Is(err, ErrNotLoaded) || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("View() = %v, want ErrNotLoaded naming the cause", err)
 	}
-	if err := f.store.DeletionAllowed(); !errors.Is(err, ErrNotLoaded) {
-		t.Fatalf("DeletionAllowed() = %v, want ErrNotLoaded", err)
+	if err := f.store.DeletionAllowed(f.ctx); !errors.Is(err, ErrNotLoaded) {
+		t.Fatalf("DeletionAllowed(f.ctx) = %v, want ErrNotLoaded", err)
 	}
 }
 
@@ -146,7 +146,7 @@ func TestStoreKeepsLastGoodOnBadReload(t *testing.T) {
 	if err := f.load(t, good); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.store.DeletionAllowed(); err != nil {
+	if err := f.store.DeletionAllowed(f.ctx); err != nil {
 		t.Fatalf("DeletionAllowed after a good load = %v", err)
 	}
 	if f.sink.count(ReasonLoaded) != 1 {
@@ -162,7 +162,7 @@ func TestStoreKeepsLastGoodOnBadReload(t *testing.T) {
 	if err != nil || v.Digest() != Digest([]byte(good)) {
 		t.Fatalf("View after bad reload = %v, %v; want the last good one", v, err)
 	}
-	if err := f.store.DeletionAllowed(); !errors.Is(err, ErrReloadFailing) {
+	if err := f.store.DeletionAllowed(f.ctx); !errors.Is(err, ErrReloadFailing) {
 		t.Fatalf("DeletionAllowed while failing = %v, want ErrReloadFailing", err)
 	}
 	if n := f.sink.count(ReasonReloadFailed); n != 1 {
@@ -179,7 +179,7 @@ func TestStoreKeepsLastGoodOnBadReload(t *testing.T) {
 	if err := f.load(t, hostsDoc(0, 6)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.store.DeletionAllowed(); err != nil {
+	if err := f.store.DeletionAllowed(f.ctx); err != nil {
 		t.Fatalf("DeletionAllowed after recovery = %v", err)
 	}
 	if v, _ := testutil.GetGaugeMetricValue(lastReloadFailed); v != 0 {
@@ -197,7 +197,7 @@ func TestStoreUnchangedSourceKeepsFailure(t *testing.T) {
 	if err := f.store.Reload(f.ctx); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Reload(unchanged bad document) = %v, want ErrInvalid", err)
 	}
-	if err := f.store.DeletionAllowed(); !errors.Is(err, ErrReloadFailing) {
+	if err := f.store.DeletionAllowed(f.ctx); !errors.Is(err, ErrReloadFailing) {
 		t.Fatalf("DeletionAllowed = %v, want ErrReloadFailing", err)
 	}
 	// A fetch error, then "unchanged" again for a good document: recovered.
@@ -210,7 +210,7 @@ func TestStoreUnchangedSourceKeepsFailure(t *testing.T) {
 	if err := f.store.Reload(f.ctx); err != nil {
 		t.Fatalf("Reload(unchanged good document) = %v", err)
 	}
-	if err := f.store.DeletionAllowed(); err != nil {
+	if err := f.store.DeletionAllowed(f.ctx); err != nil {
 		t.Fatalf("DeletionAllowed after recovery = %v", err)
 	}
 }
@@ -225,7 +225,7 @@ func TestDeletionGuard(t *testing.T) {
 	if err := f.load(t, hostsDoc(2, 20)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.store.DeletionAllowed(); err != nil {
+	if err := f.store.DeletionAllowed(f.ctx); err != nil {
 		t.Fatalf("2 of 20 removed: %v", err)
 	}
 	if !strings.Contains(f.sink.last(ReasonLoaded), "2 known hosts now reported gone: h0, h1") {
@@ -242,7 +242,7 @@ func TestDeletionGuard(t *testing.T) {
 	if v.Digest() != lastGood {
 		t.Fatalf("view = %s, want the last good %s", v.Digest(), lastGood)
 	}
-	err := f.store.DeletionAllowed()
+	err := f.store.DeletionAllowed(f.ctx)
 	if !errors.Is(err, ErrDeletionGuard) {
 		t.Fatalf("DeletionAllowed = %v, want ErrDeletionGuard", err)
 	}
@@ -285,7 +285,7 @@ func TestDeletionGuard(t *testing.T) {
 	if v, _ := f.store.View(); v.Digest() != heldDigest {
 		t.Fatalf("view after ack = %s, want %s", v.Digest(), heldDigest)
 	}
-	if err := f.store.DeletionAllowed(); err != nil {
+	if err := f.store.DeletionAllowed(f.ctx); err != nil {
 		t.Fatalf("DeletionAllowed after ack = %v", err)
 	}
 	if f.sink.count(ReasonGuardCleared) != 1 {
@@ -362,16 +362,13 @@ func TestDeletionGuardAtStartup(t *testing.T) {
 		if _, err := f.store.View(); err != nil {
 			t.Fatalf("the first inventory must still serve metadata: %v", err)
 		}
-		if err := f.store.DeletionAllowed(); !errors.Is(err, ErrDeletionGuard) {
+		if err := f.store.DeletionAllowed(f.ctx); !errors.Is(err, ErrDeletionGuard) {
 			t.Fatalf("DeletionAllowed = %v", err)
 		}
 	})
 	t.Run("nodes known after first load", func(t *testing.T) {
 		f := newFixture(t, 10, 25)
 		_ = f.load(t, hostsDoc(0, 5))
-		if err := f.store.DeletionAllowed(); err != nil {
-			t.Fatalf("before the Nodes are known: %v", err)
-		}
 		synced := false
 		f.store.SetNodeHosts(func() ([]string, bool) {
 			if !synced {
@@ -383,16 +380,21 @@ func TestDeletionGuardAtStartup(t *testing.T) {
 		if f.store.Trip() != nil {
 			t.Fatal("tripped before the Nodes were synced")
 		}
+		// Not compared with the Nodes yet: nothing may be reported gone.
+		err := f.store.DeletionAllowed(f.ctx)
+		if !errors.Is(err, ErrDeletionGuard) || !strings.Contains(err.Error(), "not been compared") {
+			t.Fatalf("DeletionAllowed before the Nodes are synced = %v", err)
+		}
+		// Once synced, DeletionAllowed itself runs the comparison (no reload needed).
 		synced = true
-		_ = f.store.Reload(f.ctx)
-		if err := f.store.DeletionAllowed(); !errors.Is(err, ErrDeletionGuard) {
-			t.Fatalf("DeletionAllowed = %v, want ErrDeletionGuard", err)
+		if err := f.store.DeletionAllowed(f.ctx); !errors.Is(err, ErrDeletionGuard) || f.store.Trip() == nil {
+			t.Fatalf("DeletionAllowed = %v, want the guard tripped by the Node comparison", err)
 		}
 		// Acknowledge the view itself.
 		v, _ := f.store.View()
 		_ = os.WriteFile(f.ack, []byte(v.Digest()), 0o600)
 		_ = f.store.Reload(f.ctx)
-		if err := f.store.DeletionAllowed(); err != nil {
+		if err := f.store.DeletionAllowed(f.ctx); err != nil {
 			t.Fatalf("after ack: %v", err)
 		}
 	})
