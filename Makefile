@@ -3,11 +3,14 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 BIN        ?= bin
-VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 COMMIT     ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+VERSION    ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-dev-$(COMMIT))
+# The upstream CCM framework reports the Kubernetes library version it is built from
+# (component-base requires a vX.Y.Z string); ours is in --version and baremetal_ccm_build_info.
+K8S_VERSION := $(shell go list -m -f '{{.Version}}' k8s.io/cloud-provider 2>/dev/null | sed 's/^v0\./v1./')
 PKG        := github.com/baremetal-ccm/baremetal-ccm
 LDFLAGS    := -s -w -X $(PKG)/pkg/version.Version=$(VERSION) -X $(PKG)/pkg/version.Commit=$(COMMIT) \
-              -X k8s.io/component-base/version.gitVersion=$(VERSION) -X k8s.io/component-base/version.gitCommit=$(COMMIT)
+              -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION)
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 E2E_TIMEOUT ?= 40m
 

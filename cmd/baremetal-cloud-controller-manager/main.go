@@ -19,6 +19,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register"          // --logging-format=json
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics on /metrics
 	_ "k8s.io/component-base/metrics/prometheus/version"  // build info metric
+	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
@@ -38,6 +39,7 @@ func main() {
 	}
 	opts.KubeCloudShared.CloudProvider.Name = provider.Name
 	provider.Register()
+	version.RegisterMetrics()
 
 	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, app.DefaultInitFuncConstructors,
 		names.CCMControllerAliases(), cliflag.NamedFlagSets{}, wait.NeverStop)
@@ -60,6 +62,7 @@ func initCloud(c *config.CompletedConfig) cloudprovider.Interface {
 		fmt.Fprintf(os.Stderr, "%s: --cloud-config: %v\n", program, err)
 		os.Exit(1)
 	}
+	klog.InfoS("Starting", "program", program, "version", version.Version, "commit", version.Commit)
 	cloud, err := cloudprovider.InitCloudProvider(cp.Name, cp.CloudConfigFile)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)

@@ -252,7 +252,7 @@ func (s *Store) apply(ctx context.Context, cand *View) {
 	s.pending = nil
 	s.clearTrip(ctx, "a new inventory within the limits was loaded")
 	logger.Info("Inventory loaded", "event", "inventoryLoaded", "hosts", cand.Len(), "reportedGone", len(gone))
-	s.eventf(v1.EventTypeNormal, ReasonLoaded, "Loaded inventory %s from %s: %d hosts; %d known hosts now reported gone%s.",
+	s.eventf(v1.EventTypeNormal, ReasonLoaded, "Loaded inventory %s from %s: %d hosts; hosts newly reported gone: %d%s.",
 		cand.Digest(), s.src, cand.Len(), len(gone), listSuffix(gone))
 }
 
@@ -411,5 +411,5 @@ func listSuffix(names []string) string {
 	if len(names) == 0 {
 		return ""
 	}
-	return ": " + summarize(names, 10)
+	return " (" + summarize(names, 10) + ")"
 }

@@ -228,7 +228,7 @@ func TestDeletionGuard(t *testing.T) {
 	if err := f.store.DeletionAllowed(f.ctx); err != nil {
 		t.Fatalf("2 of 20 removed: %v", err)
 	}
-	if !strings.Contains(f.sink.last(ReasonLoaded), "2 known hosts now reported gone: h0, h1") {
+	if !strings.Contains(f.sink.last(ReasonLoaded), "hosts newly reported gone: 2 (h0, h1)") {
 		t.Errorf("loaded event = %q", f.sink.last(ReasonLoaded))
 	}
 
