@@ -123,7 +123,7 @@ func (i *Instances) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloud
 		return nil, fmt.Errorf("node %s: %w", node.Name, err)
 	}
 	if host.Gone() {
-		i.eventf(node, v1.EventTypeWarning, ReasonHostDecommissioned, "Host %q is decommissioned in inventory %s; the Node is not initialized. Set its state to active (or remove the Node).", host.Name, view.Digest())
+		i.eventf(node, v1.EventTypeWarning, ReasonHostDecommissioned, "Host %q is decommissioned in inventory %s; no instance metadata is served for it (an uninitialized Node stays tainted). Set its state to active if it is back in service.", host.Name, view.Digest())
 		return nil, fmt.Errorf("node %s: host %q: %w", node.Name, host.Name, ErrDecommissioned)
 	}
 	logger.V(4).Info("Matched node to host", "host", host.Name, "by", by)

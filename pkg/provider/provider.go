@@ -111,11 +111,14 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 	c.Start(ctx)
 }
 
-// Start runs the inventory reload loop until ctx is done. It is idempotent.
+// Start loads the inventory once, synchronously (so the controllers that start next
+// find it loaded; a failure is logged and retried by the loop), then runs the reload
+// loop until ctx is done. It is idempotent.
 func (c *Cloud) Start(ctx context.Context) {
 	c.startOnce.Do(func() {
-		logger := klog.FromContext(ctx).WithName("inventory")
-		go c.store.Run(klog.NewContext(ctx, logger))
+		ctx := klog.NewContext(ctx, klog.FromContext(ctx).WithName("inventory"))
+		_ = c.store.Reload(ctx)
+		go c.store.Run(ctx)
 	})
 }
 
