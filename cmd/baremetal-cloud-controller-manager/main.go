@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"k8s.io/apimachinery/pkg/util/wait"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
 	"k8s.io/cloud-provider/app/config"
@@ -41,8 +41,11 @@ func main() {
 	provider.Register()
 	version.RegisterMetrics()
 
+	// SIGTERM or SIGINT closes stop: the command returns, flushing queued events, and
+	// the process exits 0. A second signal exits at once.
+	stop := genericapiserver.SetupSignalHandler()
 	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, app.DefaultInitFuncConstructors,
-		names.CCMControllerAliases(), cliflag.NamedFlagSets{}, wait.NeverStop)
+		names.CCMControllerAliases(), cliflag.NamedFlagSets{}, stop)
 	cmd.Use = program
 	cmd.Long = program + " runs the Kubernetes cloud controllers (node, node-lifecycle, service, route) for on-prem bare metal: Nodes are initialized from a server inventory."
 	os.Exit(cli.Run(cmd))

@@ -72,7 +72,7 @@ type Trip struct {
 // Store keeps the current inventory View. It reloads from its Source, keeps the last
 // good View when a reload fails or trips the deletion guard, and says why through logs,
 // events and metrics. View and DeletionAllowed are safe for concurrent use and never
-// block on the Source.
+// wait for the Source.
 type Store struct {
 	src    Source
 	guard  Guard
@@ -82,7 +82,8 @@ type Store struct {
 	view      atomic.Pointer[View]
 	nodeHosts atomic.Pointer[NodeHostsFunc]
 
-	mu          sync.Mutex // serializes reloads and guards the fields below
+	reloadMu    sync.Mutex // serializes reloads; held across Fetch
+	mu          sync.Mutex // guards the fields below; never held across I/O on the Source
 	loadErr     error      // of the latest reload
 	docErr      error      // of the latest document fetched (an unchanged source repeats it)
 	lastEvErr   string
@@ -181,23 +182,28 @@ func (s *Store) Run(ctx context.Context) {
 // error (the previous View stays in use); a guarded inventory is not an error.
 func (s *Store) Reload(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("source", s.src.String())
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	defer s.publish()
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
 
 	start := s.clock.Now()
 	data, unchanged, err := s.src.Fetch(ctx)
+	fetched := err == nil && !unchanged
+	var cand *View
+	if fetched {
+		cand, err = Parse(data) // outside s.mu: parsing a large document takes a while
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.publish()
 	switch {
-	case err != nil:
-	case unchanged:
-		err = s.docErr
-	default:
-		var cand *View
-		cand, err = Parse(data)
+	case fetched:
 		s.docErr = err
 		if err == nil {
 			s.apply(ctx, cand)
 		}
+	case err == nil: // unchanged: the document's verdict stands
+		err = s.docErr
 	}
 	loadDuration.Observe(s.clock.Since(start).Seconds())
 	if err != nil {

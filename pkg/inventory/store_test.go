@@ -425,3 +425,41 @@ func waitFor(cond func() bool) error {
 	}
 	return errors.New("condition not met")
 }
+
+// blockingSource's Fetch blocks until release is closed.
+type blockingSource struct {
+	fakeSource
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingSource) Fetch(ctx context.Context) ([]byte, bool, error) {
+	close(b.entered)
+	<-b.release
+	return b.fakeSource.Fetch(ctx)
+}
+
+// TestDeletionAllowedDoesNotWaitForTheSource: a hung inventory server must not stall
+// the lifecycle controller's InstanceExists calls.
+func TestDeletionAllowedDoesNotWaitForTheSource(t *testing.T) {
+	f := newFixture(t, 10, 25)
+	_ = f.load(t, hostsDoc(0, 3))
+	f.store.SetNodeHosts(func() ([]string, bool) { return nil, false }) // forces the locked path
+	bs := &blockingSource{entered: make(chan struct{}), release: make(chan struct{})}
+	bs.set(hostsDoc(0, 3), nil)
+	f.store.src = bs
+	go func() { _ = f.store.Reload(f.ctx) }()
+	<-bs.entered
+
+	done := make(chan error, 1)
+	go func() { done <- f.store.DeletionAllowed(f.ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrDeletionGuard) {
+			t.Errorf("DeletionAllowed = %v, want ErrDeletionGuard (Nodes not synced)", err)
+		}
+	case <-time.After(30 * time.Second): // a deadlock detector, not a speed assertion
+		t.Fatal("DeletionAllowed waited for the Source's Fetch")
+	}
+	close(bs.release)
+}

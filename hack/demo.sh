@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# demo.sh: a local "datacenter" in a few seconds, then cleaned up.
+#
+# Starts a real etcd + kube-apiserver on 127.0.0.1 (hack/lab/control-plane.sh), runs
+# bin/baremetal-cloud-controller-manager against it with an example inventory, plays
+# the kubelet by registering Nodes with the uninitialized taint, and shows what the
+# CCM does: Nodes initialized from the inventory, a Node with no inventory host kept
+# tainted with an event, and a host removed from the inventory whose NotReady Node is
+# deleted. Capabilities that have not landed yet (BMC power, LoadBalancers, routes)
+# are not shown. Everything started is stopped at the end, by recorded PID.
+#
+# DEMO_KEEP=1 leaves the cluster running and prints how to use it.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+KUBE_BIN=${KUBE_BIN:-$("$root/hack/build-kube.sh")}
+export KUBE_BIN
+CCM=${CCM:-$root/bin/baremetal-cloud-controller-manager}
+[ -x "$CCM" ] || { echo "demo: $CCM not built; run: make build" >&2; exit 1; }
+W=$(mktemp -d /tmp/baremetal-ccm-demo.XXXXXX)
+ccm_pid=
+
+bold() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+cleanup() {
+  set +e
+  if [ "${DEMO_KEEP:-0}" = 1 ]; then
+    echo; echo "Left running (DEMO_KEEP=1): export KUBECONFIG=$W/admin.kubeconfig; stop with: kill $ccm_pid; $root/hack/lab/control-plane.sh down $W"
+    return
+  fi
+  bold "Cleaning up"
+  [ -n "$ccm_pid" ] && kill "$ccm_pid" 2>/dev/null && wait "$ccm_pid" 2>/dev/null
+  "$root/hack/lab/control-plane.sh" down "$W" >/dev/null 2>&1
+  rm -rf "$W"
+  echo "stopped the CCM, kube-apiserver and etcd; removed $W"
+}
+trap cleanup EXIT
+
+k() { "$KUBE_BIN/kubectl" --kubeconfig "$W/admin.kubeconfig" "$@"; }
+wait_until() { # wait_until SECONDS DESCRIPTION COMMAND...
+  local t=$1 what=$2; shift 2
+  for _ in $(seq $((t * 4))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
+  echo "demo: timed out waiting for $what; CCM log: $W/ccm.log" >&2; tail -20 "$W/ccm.log" >&2; exit 1
+}
+
+bold "Starting etcd and kube-apiserver v$("$KUBE_BIN/kube-apiserver" --version | awk '{print $2}') on 127.0.0.1"
+"$root/hack/lab/control-plane.sh" up "$W"
+
+cat > "$W/inventory.yaml" <<'INV'
+apiVersion: baremetal-ccm.io/v1alpha1
+kind: Inventory
+hosts:
+- name: cp-1
+  systemUUID: 4c4c4544-0042-3510-8052-b4c04f4e4d31
+  addresses: [{type: InternalIP, address: 10.0.1.11}, {type: Hostname, address: cp-1}]
+  instanceType: r650
+  region: dc1
+  zone: dc1-row1
+  rack: r1
+  labels: {role: control-plane}
+- name: worker-1
+  hostnames: [worker-1.dc1.example]
+  addresses: [{type: InternalIP, address: 10.0.1.21}, {type: InternalIP, address: "fd00:10::21"}]
+  instanceType: r750-gpu
+  region: dc1
+  zone: dc1-row1
+  rack: r1
+  labels: {gpu: a100}
+- name: worker-2
+  addresses: [{type: InternalIP, address: 10.0.1.22}]
+  instanceType: r750
+  region: dc1
+  zone: dc1-row2
+  rack: r2
+INV
+cat > "$W/cloud-config.yaml" <<CFG
+apiVersion: baremetal-ccm.io/v1alpha1
+kind: CloudConfig
+inventory:
+  file: {path: $W/inventory.yaml, pollInterval: 1s}
+  deletionGuard: {maxRemovedHosts: 1, maxRemovedPercent: 50, acknowledgeFile: $W/inventory-ack}
+CFG
+
+bold "Inventory ($W/inventory.yaml): 3 hosts"
+grep -E '^- name:|systemUUID|instanceType|zone' "$W/inventory.yaml" | sed 's/^/  /'
+
+bold "Starting baremetal-cloud-controller-manager ($("$CCM" --version))"
+port=$(awk -v min=20000 -v max=40000 'BEGIN{srand(); print int(min+rand()*(max-min))}')
+"$CCM" --cloud-config="$W/cloud-config.yaml" --kubeconfig="$W/admin.kubeconfig" \
+  --authentication-kubeconfig="$W/admin.kubeconfig" --authorization-kubeconfig="$W/admin.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port="$port" --leader-elect=false --configure-cloud-routes=false \
+  --controllers=cloud-node-controller,cloud-node-lifecycle-controller --node-monitor-period=1s \
+  >"$W/ccm.log" 2>&1 &
+ccm_pid=$!
+wait_until 30 "the CCM's /healthz" curl -skf "https://127.0.0.1:$port/healthz"
+echo "  healthy on https://127.0.0.1:$port/healthz (log: $W/ccm.log)"
+
+bold "Registering 4 Nodes as kubelet --cloud-provider=external does (uninitialized taint)"
+node() { # node NAME UUID IP
+  cat <<N
+apiVersion: v1
+kind: Node
+metadata: {name: $1}
+spec:
+  taints: [{key: node.cloudprovider.kubernetes.io/uninitialized, value: "true", effect: NoSchedule}]
+N
+}
+for n in cp-1.k8s.local worker-1.dc1.example worker-2 stranger; do node "$n"; echo ---; done | k apply -f - >/dev/null
+# kubelet reports the system UUID and its IP in the status.
+k patch node cp-1.k8s.local --subresource=status --type=merge -p '{"status":{"nodeInfo":{"systemUUID":"4C4C4544-0042-3510-8052-B4C04F4E4D31"}}}' >/dev/null
+k patch node worker-2 --subresource=status --type=merge -p '{"status":{"addresses":[{"type":"InternalIP","address":"10.0.1.22"}]}}' >/dev/null
+k patch node stranger --subresource=status --type=merge -p '{"status":{"addresses":[{"type":"InternalIP","address":"10.9.9.9"}]}}' >/dev/null
+ready() { k patch node "$1" --subresource=status --type=merge -p "{\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"$2\",\"reason\":\"Demo\",\"lastHeartbeatTime\":\"$(date -u +%FT%TZ)\",\"lastTransitionTime\":\"$(date -u +%FT%TZ)\"}]}}" >/dev/null; }
+for n in cp-1.k8s.local worker-1.dc1.example worker-2 stranger; do ready "$n" True; done
+echo "  cp-1.k8s.local       matched by systemUUID"
+echo "  worker-1.dc1.example matched by a hostname alias"
+echo "  worker-2             matched by name and InternalIP"
+echo "  stranger             in no inventory"
+
+initialized() { [ "$(k get node "$1" -o jsonpath='{.spec.providerID}')" != "" ]; }
+for n in cp-1.k8s.local worker-1.dc1.example worker-2; do wait_until 30 "$n to be initialized" initialized "$n"; done
+
+bold "Nodes after initialization"
+k get nodes -o custom-columns='NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,REGION:.metadata.labels.topology\.kubernetes\.io/region,ZONE:.metadata.labels.topology\.kubernetes\.io/zone,RACK:.metadata.labels.baremetal-ccm\.io/rack,UNINITIALIZED-TAINT:.spec.taints[?(@.key=="node.cloudprovider.kubernetes.io/uninitialized")].effect'
+echo
+k get nodes -o custom-columns='NAME:.metadata.name,ADDRESSES:.status.addresses[*].address'
+echo
+k get node cp-1.k8s.local worker-1.dc1.example -L baremetal-ccm.io/role,baremetal-ccm.io/gpu | sed 's/^/  /'
+
+bold "Why 'stranger' keeps its taint (kubectl get events)"
+wait_until 20 "the HostNotFound event" bash -c "'$KUBE_BIN/kubectl' --kubeconfig '$W/admin.kubeconfig' get events --field-selector involvedObject.name=stranger,reason=HostNotFound -o name | grep -q ."
+k get events --field-selector involvedObject.name=stranger,reason=HostNotFound --sort-by=.lastTimestamp -o custom-columns='REASON:.reason,MESSAGE:.message' | sed -n '1p;$p' | fold -w 160 -s
+
+bold "worker-2 is retired: removed from the inventory, its Node goes NotReady"
+sed -i '/^- name: worker-2/,$d' "$W/inventory.yaml"
+ready worker-2 Unknown
+gone() { ! k get node worker-2 >/dev/null 2>&1; }
+wait_until 30 "worker-2 to be deleted" gone
+k get events --field-selector involvedObject.name=worker-2 -o custom-columns='REASON:.reason,MESSAGE:.message' | grep -E 'REASON|HostGone|Deleting' | fold -w 160 -s
+echo
+k get nodes
+
+bold "A broken inventory deletes nothing: the last good one keeps serving"
+echo 'hosts: [this is not an inventory' > "$W/inventory.yaml"
+wait_until 20 "the InventoryReloadFailed event" bash -c "'$KUBE_BIN/kubectl' --kubeconfig '$W/admin.kubeconfig' -n kube-system get events --field-selector reason=InventoryReloadFailed -o name | grep -q ."
+k -n kube-system get events --field-selector involvedObject.kind=Inventory -o custom-columns='REASON:.reason,MESSAGE:.message' | fold -w 160 -s
+echo
+token=$(k config view --raw -o jsonpath='{.users[0].user.token}')
+echo "/metrics of the CCM:"
+curl -sk -H "Authorization: Bearer $token" "https://127.0.0.1:$port/metrics" | grep -E '^baremetal_ccm_(inventory_(last_reload_failed|hosts|deletion_guard_tripped)|build_info)' | sed 's/^/  /'
+k get nodes

@@ -1,0 +1,273 @@
+package framework
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// CCM is a baremetal-cloud-controller-manager process started by StartCCM.
+type CCM struct {
+	// Port is the secure port serving /healthz and /metrics on 127.0.0.1.
+	Port int
+	// Args are the command-line arguments the process was started with.
+	Args []string
+
+	t    testing.TB
+	cp   *ControlPlane
+	cmd  *exec.Cmd
+	log  string
+	http *http.Client
+	done chan struct{}
+	err  error // exit status; set before done is closed
+}
+
+// DefaultCCMArgs returns the arguments StartCCM uses unless extraArgs override them:
+// the admin kubeconfig for the API and for delegated authn/authz (so /metrics accepts
+// the admin token), no leader election, only the node controllers (the control plane
+// has no pod CIDRs, Services or routes), verbose logs.
+func DefaultCCMArgs(cp *ControlPlane, cloudConfigPath string, port int) []string {
+	return []string{
+		"--kubeconfig=" + cp.Kubeconfig,
+		"--authentication-kubeconfig=" + cp.Kubeconfig,
+		"--authorization-kubeconfig=" + cp.Kubeconfig,
+		"--cloud-config=" + cloudConfigPath,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--leader-elect=false",
+		"--controllers=cloud-node-controller,cloud-node-lifecycle-controller",
+		"--configure-cloud-routes=false",
+		"--v=4",
+	}
+}
+
+// StartCCM starts the CCM binary built by RunMain against cp, with DefaultCCMArgs on a
+// free port; a flag in extraArgs (--name=value) replaces the default of the same name.
+// Output goes to LogPath. It does not wait for the CCM to be healthy (see WaitHealthy).
+// When the test ends the process is stopped (Stop), and if the test failed the log's
+// last 150 lines are printed.
+func StartCCM(t testing.TB, cp *ControlPlane, cloudConfigPath string, extraArgs ...string) *CCM {
+	t.Helper()
+	return StartCCMBinary(t, cp, CCMBinary(), cloudConfigPath, extraArgs...)
+}
+
+// StartCCMBinary is StartCCM with another CCM binary (see BuildBinary) that takes the
+// upstream cloud-controller-manager flags.
+func StartCCMBinary(t testing.TB, cp *ControlPlane, binary, cloudConfigPath string, extraArgs ...string) *CCM {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatalf("StartCCM: %v", err)
+	}
+	args := mergeArgs(DefaultCCMArgs(cp, cloudConfigPath, port), extraArgs)
+	if p, ok := flagValue(args, "secure-port"); ok {
+		port, _ = strconv.Atoi(p)
+	}
+	dir := t.TempDir()
+	c := &CCM{
+		Port: port, Args: args, t: t, cp: cp,
+		log:  filepath.Join(dir, "ccm.log"),
+		done: make(chan struct{}),
+		http: &http.Client{
+			Timeout: 5 * time.Second,
+			// The CCM serves a self-signed certificate on loopback.
+			Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+		},
+	}
+	logf, err := os.Create(c.log)
+	if err != nil {
+		t.Fatalf("StartCCM: %v", err)
+	}
+	defer logf.Close()
+	c.cmd = exec.Command(binary, args...)
+	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	c.cmd.SysProcAttr = procAttr()
+	if err := c.cmd.Start(); err != nil {
+		t.Fatalf("StartCCM: starting %s: %v", binary, err)
+	}
+	go func() {
+		c.err = c.cmd.Wait()
+		close(c.done)
+	}()
+	t.Logf("CCM pid %d started on 127.0.0.1:%d, log %s", c.cmd.Process.Pid, port, c.log)
+	t.Cleanup(func() {
+		c.Stop()
+		c.http.CloseIdleConnections()
+		if t.Failed() {
+			t.Logf("last lines of CCM log %s:\n%s", c.log, tail(c.Log(), 150))
+		}
+	})
+	return c
+}
+
+// Stop sends SIGTERM, waits up to 10 s for the process to exit, then kills it. It is
+// idempotent.
+func (c *CCM) Stop() {
+	c.signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		c.t.Logf("CCM pid %d still runs 10 s after SIGTERM; killing it", c.cmd.Process.Pid)
+		c.Kill()
+	}
+}
+
+// Kill sends SIGKILL (a crash) and waits up to 10 s for the process to be gone.
+func (c *CCM) Kill() {
+	c.signal(syscall.SIGKILL)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		c.t.Errorf("CCM pid %d still runs 10 s after SIGKILL", c.cmd.Process.Pid)
+	}
+}
+
+// signal signals the process unless it has exited (Go's os.Process never signals a
+// reused PID after Wait).
+func (c *CCM) signal(s os.Signal) {
+	select {
+	case <-c.done:
+	default:
+		_ = c.cmd.Process.Signal(s)
+	}
+}
+
+// Done is closed when the process has exited.
+func (c *CCM) Done() <-chan struct{} { return c.done }
+
+// ExitErr returns how the process exited (nil for status 0) once Done is closed, and
+// nil before.
+func (c *CCM) ExitErr() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// WaitHealthy waits, at most 60 s or until ctx is done, until GET /healthz answers 200.
+// It fails at once if the process exits, with the log's tail.
+func (c *CCM) WaitHealthy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var last error
+	for {
+		code, body, err := c.get(ctx, "/healthz", false)
+		switch {
+		case err == nil && code == http.StatusOK:
+			return nil
+		case err == nil:
+			last = fmt.Errorf("HTTP %d: %s", code, tail(body, 20))
+		default:
+			last = err
+		}
+		select {
+		case <-c.done:
+			return fmt.Errorf("CCM exited (%v) before it was healthy; log tail:\n%s", c.err, tail(c.Log(), 30))
+		case <-ctx.Done():
+			return fmt.Errorf("CCM on 127.0.0.1:%d not healthy: %w (last: %w)", c.Port, ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Metrics returns the /metrics text, fetched with the admin bearer token.
+func (c *CCM) Metrics(ctx context.Context) (string, error) {
+	code, body, err := c.get(ctx, "/metrics", true)
+	if err != nil {
+		return "", err
+	}
+	if code != http.StatusOK {
+		return "", fmt.Errorf("GET /metrics: HTTP %d: %s", code, tail(body, 5))
+	}
+	return body, nil
+}
+
+// LogPath is the file holding the process's stdout and stderr.
+func (c *CCM) LogPath() string { return c.log }
+
+// Log returns the process's output so far.
+func (c *CCM) Log() string {
+	data, err := os.ReadFile(c.log)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", c.log, err)
+	}
+	return string(data)
+}
+
+func (c *CCM) get(ctx context.Context, path string, auth bool) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d%s", c.Port, path), nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if auth {
+		req.Header.Set("Authorization", "Bearer "+c.cp.RESTConfig.BearerToken)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, "", fmt.Errorf("GET %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return 0, "", fmt.Errorf("GET %s: reading body: %w", path, err)
+	}
+	return resp.StatusCode, string(body), nil
+}
+
+// mergeArgs returns defaults without the flags that extra sets, followed by extra.
+func mergeArgs(defaults, extra []string) []string {
+	set := map[string]bool{}
+	for _, a := range extra {
+		if name, ok := flagName(a); ok {
+			set[name] = true
+		}
+	}
+	var out []string
+	for _, a := range defaults {
+		if name, _ := flagName(a); !set[name] {
+			out = append(out, a)
+		}
+	}
+	return append(out, extra...)
+}
+
+// flagValue returns the value of the last --name=value in args.
+func flagValue(args []string, name string) (string, bool) {
+	var v string
+	var found bool
+	for _, a := range args {
+		if n, ok := flagName(a); ok && n == name {
+			_, v, found = strings.Cut(a, "=")
+		}
+	}
+	return v, found
+}
+
+func flagName(arg string) (string, bool) {
+	if !strings.HasPrefix(arg, "-") {
+		return "", false
+	}
+	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+	return name, name != ""
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
