@@ -237,6 +237,10 @@ func (s *Store) apply(ctx context.Context, cand *View) {
 	prev := s.view.Load()
 	if prev != nil && prev.Digest() == cand.Digest() {
 		reloads.WithLabelValues("unchanged").Inc()
+		if s.pending != nil { // the held change was reverted to the inventory in use
+			s.pending = nil
+			s.clearTrip(ctx, "the source serves the inventory in use again")
+		}
 		return
 	}
 	nodeHosts, haveNodes := s.currentNodeHosts()

@@ -463,3 +463,25 @@ func TestDeletionAllowedDoesNotWaitForTheSource(t *testing.T) {
 	}
 	close(bs.release)
 }
+
+// TestDeletionGuardClearedByRevert: reverting a held change to exactly the inventory in
+// use clears the guard.
+func TestDeletionGuardClearedByRevert(t *testing.T) {
+	f := newFixture(t, 10, 25)
+	good := hostsDoc(0, 10)
+	_ = f.load(t, good)
+	_ = f.load(t, hostsDoc(0, 2))
+	if f.store.Trip() == nil {
+		t.Fatal("removing 8 of 10 did not trip the guard")
+	}
+	_ = f.load(t, good)
+	if f.store.Trip() != nil {
+		t.Fatal("reverting to the inventory in use did not clear the guard")
+	}
+	if err := f.store.DeletionAllowed(f.ctx); err != nil {
+		t.Fatalf("DeletionAllowed after revert = %v", err)
+	}
+	if msg := f.sink.last(ReasonGuardCleared); !strings.Contains(msg, "serves the inventory in use again") {
+		t.Errorf("cleared event = %q", msg)
+	}
+}
