@@ -48,12 +48,13 @@ func Load(path string) (*CloudConfig, error) {
 // lists every problem found, each with its field path.
 func Parse(data []byte) (*CloudConfig, error) {
 	cfg := &CloudConfig{}
-	if err := strictyaml.Unmarshal(data, cfg); err != nil {
-		return nil, err
+	fieldErrs, err := strictyaml.Unmarshal(data, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	SetDefaults(cfg)
-	if errs := Validate(cfg); len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, errs.ToAggregate())
+	if errs := Validate(cfg); len(errs) > 0 || len(fieldErrs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(append(fieldErrs, errs.ToAggregate())...))
 	}
 	return cfg, nil
 }

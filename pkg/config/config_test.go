@@ -184,3 +184,14 @@ func TestExampleConfigs(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownFieldsAndValidationTogether: an unknown field does not hide the
+// validation errors of the rest of the document.
+func TestUnknownFieldsAndValidationTogether(t *testing.T) {
+	_, err := Parse([]byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\ninventory:\n  file: {path: /x, pollIntervall: 5s}\n  deletionGuard: {maxRemovedPercent: 200}\n"))
+	for _, want := range []string{`unknown field "inventory.file.pollIntervall"`, "inventory.deletionGuard.maxRemovedPercent"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+}

@@ -35,11 +35,12 @@ var (
 // indexed View. The error wraps ErrInvalid and lists every problem with its field path.
 func Parse(data []byte) (*View, error) {
 	doc := &Document{}
-	if err := strictyaml.Unmarshal(data, doc); err != nil {
+	fieldErrs, err := strictyaml.Unmarshal(data, doc)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if errs := Validate(doc); len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, errs.ToAggregate())
+	if errs := Validate(doc); len(errs) > 0 || len(fieldErrs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(append(fieldErrs, errs.ToAggregate())...))
 	}
 	return newView(doc, Digest(data)), nil
 }
