@@ -78,6 +78,7 @@ type lab struct {
 	cp        *framework.ControlPlane
 	dir       string
 	inventory string
+	config    string
 	ack       string
 	ccm       *framework.CCM
 	nodes     []string
@@ -87,20 +88,32 @@ type lab struct {
 // starts the CCM with a 1 s node-monitor period.
 func newLab(t *testing.T, guard string, hosts ...host) *lab {
 	t.Helper()
+	l := newLabConfig(t, guard, hosts...)
+	l.startCCM(l.config)
+	return l
+}
+
+// newLabNoCCM is newLab without starting a CCM.
+func newLabNoCCM(t *testing.T, hosts ...host) *lab {
+	t.Helper()
+	return newLabConfig(t, "", hosts...)
+}
+
+func newLabConfig(t *testing.T, guard string, hosts ...host) *lab {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	l := &lab{t: t, ctx: ctx, cp: framework.Shared(), dir: t.TempDir()}
 	l.inventory = filepath.Join(l.dir, "inventory.yaml")
 	l.ack = filepath.Join(l.dir, "ack")
 	l.setInventory(inventoryDoc(hosts...))
-	cfg := filepath.Join(l.dir, "cloud-config.yaml")
-	writeFile(t, cfg, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
+	l.config = filepath.Join(l.dir, "cloud-config.yaml")
+	writeFile(t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
 kind: CloudConfig
 inventory:
   file: {path: %s, pollInterval: 1s}
   deletionGuard: {acknowledgeFile: %s%s}
 `, l.inventory, l.ack, guard))
-	l.startCCM(cfg)
 	t.Cleanup(func() {
 		if err := framework.DeleteNodes(context.Background(), l.cp.Client, l.nodes...); err != nil {
 			t.Error(err)
@@ -432,7 +445,7 @@ func TestDeletionGuardAfterRestart(t *testing.T) {
 		}
 	}
 	l.setInventory(inventoryDoc(hosts[0])) // 3 of 4 gone while the CCM was down
-	l.startCCM(filepath.Join(l.dir, "cloud-config.yaml"))
+	l.startCCM(l.config)
 	l.waitMetric("baremetal_ccm_inventory_deletion_guard_tripped 1")
 	l.stillThere(5*time.Second, "rs-1", "rs-2", "rs-3", "rs-4")
 }

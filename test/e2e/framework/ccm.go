@@ -33,14 +33,16 @@ type CCM struct {
 }
 
 // DefaultCCMArgs returns the arguments StartCCM uses unless extraArgs override them:
-// the admin kubeconfig for the API and for delegated authn/authz (so /metrics accepts
-// the admin token), no leader election, only the node controllers (the control plane
-// has no pod CIDRs, Services or routes), verbose logs.
+// the kubeconfig of the ServiceAccount bound only by the packaged RBAC (CCMKubeconfig),
+// for the API and for delegated authn/authz (so /metrics accepts the admin token), no
+// leader election, only the node controllers (the control plane has no pod CIDRs,
+// Services or routes), verbose logs.
 func DefaultCCMArgs(cp *ControlPlane, cloudConfigPath string, port int) []string {
+	kc := CCMKubeconfig()
 	return []string{
-		"--kubeconfig=" + cp.Kubeconfig,
-		"--authentication-kubeconfig=" + cp.Kubeconfig,
-		"--authorization-kubeconfig=" + cp.Kubeconfig,
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
 		"--cloud-config=" + cloudConfigPath,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
@@ -103,6 +105,13 @@ func StartCCMBinary(t testing.TB, cp *ControlPlane, binary, cloudConfigPath stri
 	t.Cleanup(func() {
 		c.Stop()
 		c.http.CloseIdleConnections()
+		// The CCM runs with the packaged RBAC only: a denial means it lacks a permission.
+		for _, line := range strings.Split(c.Log(), "\n") {
+			if strings.Contains(line, " is forbidden: ") {
+				t.Errorf("the CCM was denied by RBAC (packaging/kubernetes/rbac.yaml lacks a permission): %s", line)
+				break
+			}
+		}
 		if t.Failed() {
 			t.Logf("last lines of CCM log %s:\n%s", c.log, tail(c.Log(), 150))
 		}

@@ -26,6 +26,8 @@ var shared struct {
 	cp     *ControlPlane
 	ccmBin string
 	tmp    string
+	// ccmKubeconfig authenticates as the ServiceAccount bound by the packaged RBAC.
+	ccmKubeconfig string
 }
 
 // RunMain is for TestMain: it builds the CCM binary once, starts one control plane
@@ -92,7 +94,12 @@ func RunMain(m *testing.M) int {
 	mu.Lock()
 	cp = started
 	mu.Unlock()
-	shared.cp, shared.ccmBin = started, bin
+	ccmKubeconfig := filepath.Join(tmp, "ccm.kubeconfig")
+	if err := ApplyPackagedRBAC(ctx, started, ccmKubeconfig); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	shared.cp, shared.ccmBin, shared.ccmKubeconfig = started, bin, ccmKubeconfig
 	fmt.Printf("e2e: CCM built in %s, control plane up in %s (%s)\n",
 		built.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond), started.RESTConfig.Host)
 	return m.Run()
@@ -104,6 +111,15 @@ func Shared() *ControlPlane {
 		panic("framework.Shared: call framework.RunMain from TestMain")
 	}
 	return shared.cp
+}
+
+// CCMKubeconfig returns the kubeconfig StartCCM gives the CCM: the ServiceAccount bound
+// only by packaging/kubernetes/rbac.yaml. It panics without RunMain.
+func CCMKubeconfig() string {
+	if shared.ccmKubeconfig == "" {
+		panic("framework.CCMKubeconfig: call framework.RunMain from TestMain")
+	}
+	return shared.ccmKubeconfig
 }
 
 // CCMBinary returns the path of the CCM binary RunMain built. It panics without RunMain.

@@ -1,0 +1,68 @@
+// Command baremetal-ccmctl is the operators' tool for baremetal-ccm.
+//
+//	baremetal-ccmctl manifests static-pod [--image I] [--kubeconfig P] [--config-dir D] [--secure-port N] [-- extra CCM args]
+//	baremetal-ccmctl manifests rbac
+//	baremetal-ccmctl version
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/manifests"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
+)
+
+const usage = `usage:
+  baremetal-ccmctl manifests static-pod [flags] [-- extra CCM arguments]
+      print the static pod manifest for a control-plane node (put it in /etc/kubernetes/manifests/)
+  baremetal-ccmctl manifests rbac
+      print the ServiceAccount, ClusterRole and bindings the CCM needs (kubectl apply -f -)
+  baremetal-ccmctl version
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) >= 1 && args[0] == "version":
+		fmt.Fprintln(stdout, version.String("baremetal-ccmctl"))
+		return 0
+	case len(args) >= 2 && args[0] == "manifests" && args[1] == "rbac":
+		return emit(stdout, stderr, manifests.RBAC()...)
+	case len(args) >= 2 && args[0] == "manifests" && args[1] == "static-pod":
+		o := manifests.DefaultStaticPodOptions()
+		fs := flag.NewFlagSet("static-pod", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.StringVar(&o.Image, "image", o.Image, "CCM image (must contain ipmitool)")
+		fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "host path of the CCM's kubeconfig; its server should be this node's own kube-apiserver")
+		fs.StringVar(&o.ConfigDir, "config-dir", o.ConfigDir, "host directory with cloud-config.yaml, the inventory and BMC credentials")
+		fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "port of /healthz and /metrics on 127.0.0.1")
+		if err := fs.Parse(args[2:]); err != nil {
+			return 2
+		}
+		o.ExtraArgs = fs.Args()
+		pod, err := manifests.StaticPod(o)
+		if err != nil {
+			fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
+			return 2
+		}
+		return emit(stdout, stderr, pod)
+	}
+	fmt.Fprint(stderr, usage)
+	return 2
+}
+
+func emit(stdout, stderr io.Writer, objs ...any) int {
+	data, err := manifests.YAML(objs...)
+	if err != nil {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
+		return 1
+	}
+	_, _ = stdout.Write(data)
+	return 0
+}

@@ -1,0 +1,207 @@
+// Package manifests renders the Kubernetes objects that run the CCM: the static pod for
+// control-plane nodes and the RBAC it needs. The files in packaging/kubernetes are its
+// output with default options (kept equal by a golden test).
+package manifests
+
+import (
+	"bytes"
+	"fmt"
+	"path"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+// Names of the objects.
+const (
+	Name           = "baremetal-cloud-controller-manager"
+	Namespace      = "kube-system"
+	ClusterRole    = "system:baremetal-cloud-controller-manager"
+	UserName       = "system:baremetal-cloud-controller-manager"
+	ServiceAccount = "baremetal-cloud-controller-manager"
+)
+
+// StaticPodOptions parameterize the static pod.
+type StaticPodOptions struct {
+	// Image of the CCM (it must contain ipmitool).
+	Image string
+	// Kubeconfig is the host path of the CCM's kubeconfig. It should point at this
+	// node's own kube-apiserver (https://127.0.0.1:6443), never at a VIP the CCM
+	// itself may announce.
+	Kubeconfig string
+	// ConfigDir is the host directory holding cloud-config.yaml, the inventory and BMC
+	// credentials, mounted read-only at the same path.
+	ConfigDir string
+	// SecurePort serves /healthz and /metrics on 127.0.0.1.
+	SecurePort int
+	// ExtraArgs are appended to the command line.
+	ExtraArgs []string
+}
+
+// DefaultStaticPodOptions are the options of packaging/kubernetes/static-pod.yaml.
+func DefaultStaticPodOptions() StaticPodOptions {
+	return StaticPodOptions{
+		Image:      "registry.example/baremetal-ccm/baremetal-cloud-controller-manager:v0.1.0",
+		Kubeconfig: "/etc/kubernetes/baremetal-ccm.conf",
+		ConfigDir:  "/etc/baremetal-ccm",
+		SecurePort: 10258,
+	}
+}
+
+// StaticPod returns the static pod for a control-plane node: host network, priority
+// system-node-critical, only NET_ADMIN and NET_BIND_SERVICE, a read-only root
+// filesystem, and liveness/readiness on the secure port's /healthz.
+func StaticPod(o StaticPodOptions) (*v1.Pod, error) {
+	if o.Image == "" || o.Kubeconfig == "" || o.ConfigDir == "" || o.SecurePort <= 0 || o.SecurePort > 65535 {
+		return nil, fmt.Errorf("static pod needs an image, a kubeconfig path, a config dir and a secure port (got %+v)", o)
+	}
+	if !path.IsAbs(o.Kubeconfig) || !path.IsAbs(o.ConfigDir) {
+		return nil, fmt.Errorf("kubeconfig %q and config dir %q must be absolute host paths", o.Kubeconfig, o.ConfigDir)
+	}
+	port := strconv.Itoa(o.SecurePort)
+	args := []string{
+		"--cloud-config=" + path.Join(o.ConfigDir, "cloud-config.yaml"),
+		"--kubeconfig=" + o.Kubeconfig,
+		"--authentication-kubeconfig=" + o.Kubeconfig,
+		"--authorization-kubeconfig=" + o.Kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + port,
+		"--leader-elect=true",
+		"--configure-cloud-routes=false",
+		"--controllers=cloud-node-controller,cloud-node-lifecycle-controller",
+	}
+	args = append(args, o.ExtraArgs...)
+	hostPathFile, hostPathDir := v1.HostPathFile, v1.HostPathDirectory
+	probe := func(period, failures int32) *v1.Probe {
+		return &v1.Probe{
+			ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
+				Host: "127.0.0.1", Path: "/healthz", Port: intstr.FromInt32(int32(o.SecurePort)), Scheme: v1.URISchemeHTTPS,
+			}},
+			InitialDelaySeconds: 10, PeriodSeconds: period, TimeoutSeconds: 5, FailureThreshold: failures,
+		}
+	}
+	yes, no, root := true, false, int64(0)
+	return &v1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: Name, Namespace: Namespace,
+			Labels: map[string]string{"component": Name, "tier": "control-plane"},
+		},
+		Spec: v1.PodSpec{
+			HostNetwork:       true,
+			PriorityClassName: "system-node-critical",
+			SecurityContext:   &v1.PodSecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []v1.Container{{
+				Name:    Name,
+				Image:   o.Image,
+				Command: append([]string{"/usr/bin/baremetal-cloud-controller-manager"}, args...),
+				Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+					v1.ResourceCPU: resource.MustParse("50m"), v1.ResourceMemory: resource.MustParse("64Mi"),
+				}},
+				// Root reads the host's kubeconfig (0600 root); every capability but the
+				// two it needs is dropped.
+				SecurityContext: &v1.SecurityContext{
+					RunAsUser:                &root,
+					AllowPrivilegeEscalation: &no,
+					ReadOnlyRootFilesystem:   &yes,
+					Capabilities: &v1.Capabilities{
+						Drop: []v1.Capability{"ALL"},
+						Add:  []v1.Capability{"NET_ADMIN", "NET_BIND_SERVICE"},
+					},
+				},
+				LivenessProbe:  probe(10, 6),
+				ReadinessProbe: probe(5, 3),
+				VolumeMounts: []v1.VolumeMount{
+					{Name: "kubeconfig", MountPath: o.Kubeconfig, ReadOnly: true},
+					{Name: "config", MountPath: o.ConfigDir, ReadOnly: true},
+				},
+			}},
+			Volumes: []v1.Volume{
+				{Name: "kubeconfig", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: o.Kubeconfig, Type: &hostPathFile}}},
+				{Name: "config", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: o.ConfigDir, Type: &hostPathDir}}},
+			},
+		},
+	}, nil
+}
+
+// ClusterRoleRules are the permissions of the CCM: the ClusterRole of the upstream
+// cloud-controller-manager documentation (without persistent volumes, which this
+// provider does not label), plus leases for leader election and read access to
+// EndpointSlices. A golden test and the e2e suite (which runs the CCM bound only to
+// these rules) catch a missing or an excess permission.
+func ClusterRoleRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "update", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch", "patch", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"patch", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"endpoints"}, Verbs: []string{"create", "get", "list", "watch", "update"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+	}
+}
+
+// RBAC returns the ServiceAccount, the ClusterRole and its bindings. The bindings name
+// both the ServiceAccount kube-system/baremetal-cloud-controller-manager (token-based
+// kubeconfigs) and the user system:baremetal-cloud-controller-manager (a client
+// certificate with that CN, as for a static pod's host kubeconfig). The secure port's
+// delegated authentication and authorization need system:auth-delegator and the
+// extension-apiserver-authentication-reader Role.
+func RBAC() []any {
+	subjects := []rbacv1.Subject{
+		{Kind: rbacv1.ServiceAccountKind, Name: ServiceAccount, Namespace: Namespace},
+		{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: UserName},
+	}
+	meta := func(name, ns string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/name": "baremetal-ccm"}}
+	}
+	crb := func(name, role string) *rbacv1.ClusterRoleBinding {
+		return &rbacv1.ClusterRoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: meta(name, ""),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   subjects,
+		}
+	}
+	return []any{
+		&v1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: meta(ServiceAccount, Namespace)},
+		&rbacv1.ClusterRole{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+			ObjectMeta: meta(ClusterRole, ""),
+			Rules:      ClusterRoleRules(),
+		},
+		crb(ClusterRole, ClusterRole),
+		crb(ClusterRole+":auth-delegator", "system:auth-delegator"),
+		&rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: meta(ClusterRole+":extension-apiserver-authentication-reader", Namespace),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
+			Subjects:   subjects,
+		},
+	}
+}
+
+// YAML renders objects as one multi-document YAML stream.
+func YAML(objs ...any) ([]byte, error) {
+	var b bytes.Buffer
+	for i, o := range objs {
+		data, err := yaml.Marshal(o)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		data = bytes.ReplaceAll(data, []byte("  creationTimestamp: null\n"), nil)
+		data = bytes.ReplaceAll(data, []byte("status: {}\n"), nil)
+		b.Write(data)
+	}
+	return b.Bytes(), nil
+}

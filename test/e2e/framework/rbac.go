@@ -1,0 +1,120 @@
+package framework
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/manifests"
+)
+
+// ApplyPackagedRBAC creates the objects of packaging/kubernetes/rbac.yaml (the file an
+// operator applies) and writes a kubeconfig for the ServiceAccount it binds, with a
+// token from the TokenRequest API. A CCM run with it has exactly the packaged
+// permissions, so the e2e suite catches a missing one.
+func ApplyPackagedRBAC(ctx context.Context, cp *ControlPlane, kubeconfigPath string) error {
+	root, err := ModuleRoot()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(filepath.Join(root, "packaging", "kubernetes", "rbac.yaml"))
+	if err != nil {
+		return fmt.Errorf("packaged RBAC: %w", err)
+	}
+	objs, err := DecodeManifests(data)
+	if err != nil {
+		return fmt.Errorf("packaged RBAC: %w", err)
+	}
+	c := cp.Client
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1.ServiceAccount:
+			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = c.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			return fmt.Errorf("packaged RBAC: unexpected object %T", o)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("packaged RBAC: creating %T: %w", o, err)
+		}
+	}
+	expiry := int64(6 * 3600)
+	tr, err := c.CoreV1().ServiceAccounts(manifests.Namespace).CreateToken(ctx, manifests.ServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for %s/%s: %w", manifests.Namespace, manifests.ServiceAccount, err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["lab"] = &clientcmdapi.Cluster{Server: cp.RESTConfig.Host, InsecureSkipTLSVerify: true}
+	kc.AuthInfos["ccm"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["ccm"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "ccm"}
+	kc.CurrentContext = "ccm"
+	if err := clientcmd.WriteToFile(*kc, kubeconfigPath); err != nil {
+		return fmt.Errorf("writing %s: %w", kubeconfigPath, err)
+	}
+	return nil
+}
+
+// DecodeManifests decodes a multi-document YAML stream of built-in kinds.
+func DecodeManifests(data []byte) ([]any, error) {
+	var out []any
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, obj)
+	}
+}
+
+func stripComments(doc []byte) []byte {
+	var b bytes.Buffer
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
+			b.Write(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes()
+}
+
+// ClientFor returns a client using the kubeconfig at path.
+func ClientFor(path string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
