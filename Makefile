@@ -27,7 +27,11 @@ deps: ## Install test dependencies (Debian packages as root; kube-apiserver buil
 	hack/deps.sh
 
 .PHONY: test
-test: unit e2e ## Run all tests: unit tests, then the e2e suite against a real kube-apiserver.
+test: unit system e2e ## Run all tests: unit, systemd unit checks, packages, then the e2e suite against a real kube-apiserver.
+
+.PHONY: system
+system: deps ## Check the systemd unit (systemd-analyze verify and security score) and the deb/rpm packages.
+	go test -tags systemd -count=1 -v ./test/systemd/
 
 .PHONY: unit
 unit: ## Run the unit tests with the race detector.
@@ -40,9 +44,9 @@ e2e: deps ## Run the e2e suite: real etcd + kube-apiserver, the CCM as a separat
 .PHONY: lint
 lint: ## go vet, staticcheck and gofmt (also on the e2e build tag).
 	go vet ./...
-	go vet -tags e2e ./test/...
+	go vet -tags e2e,systemd,packaging ./test/...
 	go run $(STATICCHECK) ./...
-	go run $(STATICCHECK) -tags e2e ./test/...
+	go run $(STATICCHECK) -tags e2e,systemd,packaging ./test/...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh: installs what the tests and the demo need on a fresh Debian machine.
-#   - Debian packages: etcd-server and etcd-client (for the real kube-apiserver), curl, openssl, iproute2
+#   - Debian packages: etcd-server and etcd-client (for the real kube-apiserver), curl,
+#     openssl, iproute2, systemd (systemd-analyze checks the unit)
 #   - kube-apiserver and kube-controller-manager, built from the Go module proxy into
 #     $BAREMETAL_CCM_CACHE (default ~/.cache/baremetal-ccm) by hack/build-kube.sh
 # Installing packages needs root; as another user it says what to install and fails.
@@ -12,6 +13,7 @@ command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]}; run as root: apt-get update && apt-get install -y --no-install-recommends ${need[*]}" >&2

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
@@ -21,6 +22,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"  // build info metric
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/internal/sdnotify"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
 )
@@ -41,9 +43,20 @@ func main() {
 	provider.Register()
 	version.RegisterMetrics()
 
-	// SIGTERM or SIGINT closes stop: the command returns, flushing queued events, and
-	// the process exits 0. A second signal exits at once.
+	// SIGTERM or SIGINT closes stop: systemd is told STOPPING=1, the command returns,
+	// flushing queued events, and the process exits 0. A second signal exits at once.
 	stop := genericapiserver.SetupSignalHandler()
+	ctx := wait.ContextForChannel(stop)
+	notifier := sdnotify.New()
+	go func() {
+		<-stop
+		_ = notifier.Stopping()
+	}()
+	initCloud := func(c *config.CompletedConfig) cloudprovider.Interface {
+		cloud := newCloud(c)
+		go notifyWhenServing(ctx, c, notifier)
+		return cloud
+	}
 	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, app.DefaultInitFuncConstructors,
 		names.CCMControllerAliases(), cliflag.NamedFlagSets{}, stop)
 	cmd.Use = program
@@ -51,7 +64,9 @@ func main() {
 	os.Exit(cli.Run(cmd))
 }
 
-func initCloud(c *config.CompletedConfig) cloudprovider.Interface {
+// newCloud builds the provider from --cloud-provider and --cloud-config, or exits with
+// a message that names the problem.
+func newCloud(c *config.CompletedConfig) cloudprovider.Interface {
 	cp := c.ComponentConfig.KubeCloudShared.CloudProvider
 	if cp.Name != provider.Name {
 		fmt.Fprintf(os.Stderr, "%s: --cloud-provider=%q is not supported; use %q\n", program, cp.Name, provider.Name)

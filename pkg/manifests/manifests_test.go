@@ -97,3 +97,19 @@ func TestStaticPodOptionErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerfileMatchesStaticPod: the image the static pod names has the binary at the
+// path the pod runs and ipmitool. (No container engine runs in CI; this keeps the two
+// files consistent.)
+func TestDockerfileMatchesStaticPod(t *testing.T) {
+	data, err := os.ReadFile("../../packaging/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := StaticPod(DefaultStaticPodOptions())
+	for _, want := range []string{"COPY --from=build /src/bin/baremetal-cloud-controller-manager " + pod.Spec.Containers[0].Command[0], "ipmitool"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("packaging/Dockerfile lacks %q", want)
+		}
+	}
+}

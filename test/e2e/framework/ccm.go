@@ -67,6 +67,17 @@ func StartCCM(t testing.TB, cp *ControlPlane, cloudConfigPath string, extraArgs 
 // upstream cloud-controller-manager flags.
 func StartCCMBinary(t testing.TB, cp *ControlPlane, binary, cloudConfigPath string, extraArgs ...string) *CCM {
 	t.Helper()
+	return startCCM(t, cp, binary, nil, cloudConfigPath, extraArgs)
+}
+
+// StartCCMEnv is StartCCM with extra environment variables (NAME=value) for the process.
+func StartCCMEnv(t testing.TB, cp *ControlPlane, env []string, cloudConfigPath string, extraArgs ...string) *CCM {
+	t.Helper()
+	return startCCM(t, cp, CCMBinary(), env, cloudConfigPath, extraArgs)
+}
+
+func startCCM(t testing.TB, cp *ControlPlane, binary string, env []string, cloudConfigPath string, extraArgs []string) *CCM {
+	t.Helper()
 	port, err := FreePort()
 	if err != nil {
 		t.Fatalf("StartCCM: %v", err)
@@ -92,6 +103,7 @@ func StartCCMBinary(t testing.TB, cp *ControlPlane, binary, cloudConfigPath stri
 	}
 	defer logf.Close()
 	c.cmd = exec.Command(binary, args...)
+	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	c.cmd.SysProcAttr = procAttr()
 	if err := c.cmd.Start(); err != nil {
