@@ -1,0 +1,53 @@
+// Package bmc reads servers' power state from their BMCs. Service is the policy layer
+// every caller goes through: one serialized connection per BMC, a deadline on every
+// call, a global concurrency limit, coalescing of concurrent asks for one host, a short
+// cache, and a circuit breaker that backs off a BMC that keeps failing so it cannot
+// stall the others. The protocol itself (Redfish, IPMI through bmclib) is behind the
+// Driver interface.
+package bmc
+
+import (
+	"errors"
+	"strings"
+)
+
+// PowerState is a normalized power state.
+type PowerState string
+
+// Power states. Unknown is never a guess for on or off: callers treat it as an error.
+const (
+	PowerOn            PowerState = "on"
+	PowerOff           PowerState = "off"
+	PowerTransitioning PowerState = "transitioning"
+	PowerUnknown       PowerState = "unknown"
+)
+
+// Errors wrapped by what Service returns.
+var (
+	// ErrUnreachable: the BMC did not answer (connection, TLS, timeout).
+	ErrUnreachable = errors.New("BMC unreachable")
+	// ErrAuth: the BMC refused the credentials.
+	ErrAuth = errors.New("BMC refused the credentials")
+	// ErrBackoff: the BMC failed repeatedly and is not asked again until its backoff ends.
+	ErrBackoff = errors.New("BMC backed off after repeated failures")
+	// ErrUnknownState: the BMC answered with a power state that means neither on nor off.
+	ErrUnknownState = errors.New("BMC reported an unknown power state")
+	// ErrNoBMC: the host has no BMC in the inventory.
+	ErrNoBMC = errors.New("host has no BMC")
+)
+
+// Normalize maps what drivers return to a PowerState: ipmitool's "Chassis Power is on",
+// Redfish's On/Off/PoweringOn/PoweringOff/Paused, and plain on/off in any case.
+func Normalize(raw string) PowerState {
+	s := strings.ToLower(strings.TrimSpace(raw))
+	s = strings.TrimPrefix(s, "chassis power is ")
+	switch s {
+	case "on", "poweron", "power on":
+		return PowerOn
+	case "off", "poweroff", "power off", "soft off", "softoff":
+		return PowerOff
+	case "poweringon", "poweringoff", "powering on", "powering off", "resetting":
+		return PowerTransitioning
+	}
+	return PowerUnknown
+}

@@ -1,0 +1,229 @@
+package bmc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Target identifies one BMC. Credentials are not part of it: a Driver reads them from
+// the inventory's credentials file when it connects, so they never travel in errors or
+// logs.
+type Target struct {
+	// Host is the inventory host name; the cache, breaker and serialization key.
+	Host     string
+	Protocol string // redfish or ipmi
+	Address  string
+	Port     int32
+	// CredentialsFile, CAFile and InsecureSkipVerify come from the inventory.
+	CredentialsFile    string
+	CAFile             string
+	InsecureSkipVerify bool
+}
+
+// Driver performs one power-state query against a BMC. Implementations open whatever
+// session they need, honor ctx's deadline, and close the session before returning, so
+// a call never leaks a BMC session. Errors wrap ErrUnreachable or ErrAuth when they
+// can tell.
+type Driver interface {
+	PowerState(ctx context.Context, t Target) (raw string, err error)
+}
+
+// Config tunes a Service.
+type Config struct {
+	// CallTimeout bounds one driver call.
+	CallTimeout time.Duration
+	// CacheTTL is how long a successful answer is reused.
+	CacheTTL time.Duration
+	// MaxConcurrent is the number of driver calls in flight at once, over all BMCs.
+	MaxConcurrent int
+	// FailureThreshold consecutive failures open a BMC's breaker for BackoffBase,
+	// doubling with every further failure up to BackoffMax.
+	FailureThreshold int
+	BackoffBase      time.Duration
+	BackoffMax       time.Duration
+}
+
+// DefaultConfig is a conservative default for BMCs that answer in hundreds of ms.
+func DefaultConfig() Config {
+	return Config{
+		CallTimeout: 10 * time.Second, CacheTTL: 5 * time.Second, MaxConcurrent: 32,
+		FailureThreshold: 3, BackoffBase: 10 * time.Second, BackoffMax: 5 * time.Minute,
+	}
+}
+
+// Reading is one answer about a host's power.
+type Reading struct {
+	State PowerState
+	// At is when the BMC answered (a cached Reading keeps its original time).
+	At time.Time
+	// Cached is true when no BMC call was made for this Reading.
+	Cached bool
+}
+
+// Service answers power-state questions through a Driver. It is safe for concurrent
+// use. Guarantees: at most one driver call per BMC at a time; at most MaxConcurrent
+// calls overall; concurrent asks for one BMC share one call; a successful answer is
+// reused for CacheTTL; every call ends within CallTimeout; a BMC in backoff is not
+// called and answers ErrBackoff at once.
+type Service struct {
+	drv   Driver
+	cfg   Config
+	clock clock.PassiveClock
+	sem   chan struct{}
+
+	mu   sync.Mutex
+	bmcs map[string]*bmcState
+}
+
+type bmcState struct {
+	// guarded by Service.mu
+	last     Reading
+	lastErr  error
+	failures int
+	until    time.Time // breaker open until
+	inflight *call
+}
+
+type call struct {
+	done  chan struct{}
+	state PowerState
+	at    time.Time
+	err   error
+}
+
+// NewService returns a Service over drv.
+func NewService(drv Driver, cfg Config, clk clock.PassiveClock) *Service {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 1
+	}
+	registerMetrics()
+	return &Service{drv: drv, cfg: cfg, clock: clk, sem: make(chan struct{}, cfg.MaxConcurrent), bmcs: map[string]*bmcState{}}
+}
+
+// PowerState returns the host's power state. It never guesses: an unreachable or
+// refusing BMC, a timeout, a backed-off BMC and an unknown answer are errors (wrapping
+// ErrUnreachable, ErrAuth, ErrBackoff, ErrUnknownState or ctx's error).
+func (s *Service) PowerState(ctx context.Context, t Target) (Reading, error) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	st := s.bmcs[t.Host]
+	if st == nil {
+		st = &bmcState{}
+		s.bmcs[t.Host] = st
+	}
+	if st.lastErr == nil && !st.last.At.IsZero() && now.Sub(st.last.At) < s.cfg.CacheTTL {
+		r := st.last
+		s.mu.Unlock()
+		r.Cached = true
+		requests.WithLabelValues(t.Protocol, "power_state", "cached").Inc()
+		return r, nil
+	}
+	if now.Before(st.until) {
+		until, lastErr := st.until, st.lastErr
+		s.mu.Unlock()
+		requests.WithLabelValues(t.Protocol, "power_state", "backoff").Inc()
+		return Reading{}, fmt.Errorf("%w until %s (last error: %w)", ErrBackoff, until.Format(time.RFC3339), lastErr)
+	}
+	c := st.inflight
+	if c == nil {
+		c = &call{done: make(chan struct{})}
+		st.inflight = c
+		go s.do(context.WithoutCancel(ctx), t, st, c)
+	}
+	s.mu.Unlock()
+
+	select {
+	case <-c.done:
+		if c.err != nil {
+			return Reading{}, c.err
+		}
+		return Reading{State: c.state, At: c.at}, nil
+	case <-ctx.Done():
+		return Reading{}, fmt.Errorf("waiting for BMC of %s: %w", t.Host, ctx.Err())
+	}
+}
+
+// do makes the one driver call for a BMC and publishes its result to every waiter.
+// It runs detached from any single caller's cancellation, bounded by CallTimeout.
+func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	logger := klog.FromContext(ctx).WithValues("host", t.Host, "protocol", t.Protocol)
+
+	state, err := PowerUnknown, error(nil)
+	select {
+	case s.sem <- struct{}{}:
+		start := s.clock.Now()
+		var raw string
+		raw, err = s.drv.PowerState(ctx, t)
+		<-s.sem
+		duration.WithLabelValues(t.Protocol, "power_state").Observe(s.clock.Since(start).Seconds())
+		if err == nil {
+			if state = Normalize(raw); state == PowerUnknown {
+				err = fmt.Errorf("%w: %q", ErrUnknownState, truncate(raw, 64))
+			}
+		} else if ctx.Err() != nil && !errors.Is(err, ErrUnreachable) {
+			err = fmt.Errorf("%w: no answer within %s: %w", ErrUnreachable, s.cfg.CallTimeout, err)
+		}
+	case <-ctx.Done():
+		err = fmt.Errorf("%w: waited %s for a free BMC call slot (max %d in flight)", ErrUnreachable, s.cfg.CallTimeout, s.cfg.MaxConcurrent)
+	}
+	if err != nil {
+		err = fmt.Errorf("BMC of %s (%s %s): %w", t.Host, t.Protocol, t.Address, err)
+	}
+
+	now := s.clock.Now()
+	s.mu.Lock()
+	st.inflight = nil
+	switch {
+	case err == nil:
+		st.last, st.lastErr, st.failures, st.until = Reading{State: state, At: now}, nil, 0, time.Time{}
+		requests.WithLabelValues(t.Protocol, "power_state", "success").Inc()
+	case errors.Is(err, ErrUnknownState):
+		// The BMC answered: not a reachability failure, but nothing to cache either.
+		st.lastErr = err
+		requests.WithLabelValues(t.Protocol, "power_state", "unknown").Inc()
+	default:
+		st.lastErr = err
+		st.failures++
+		if st.failures >= s.cfg.FailureThreshold {
+			backoff := s.cfg.BackoffBase << min(st.failures-s.cfg.FailureThreshold, 20)
+			if backoff > s.cfg.BackoffMax || backoff <= 0 {
+				backoff = s.cfg.BackoffMax
+			}
+			st.until = now.Add(backoff)
+			logger.Info("BMC backed off after repeated failures", "event", "bmcBackoff", "failures", st.failures, "backoff", backoff, "err", err)
+		}
+		requests.WithLabelValues(t.Protocol, "power_state", "error").Inc()
+	}
+	unreachable.Set(float64(s.countFailingLocked()))
+	c.state, c.at, c.err = state, now, err
+	s.mu.Unlock()
+	close(c.done)
+}
+
+func (s *Service) countFailingLocked() int {
+	n := 0
+	for _, st := range s.bmcs {
+		if st.failures > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

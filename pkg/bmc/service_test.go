@@ -1,0 +1,229 @@
+package bmc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// fakeDriver answers per host; a host listed in block waits for its channel (or ctx).
+type fakeDriver struct {
+	mu       sync.Mutex
+	answers  map[string]string
+	errs     map[string]error
+	block    map[string]chan struct{}
+	calls    map[string]int
+	inFlight atomic.Int32
+	maxSeen  atomic.Int32
+	started  chan string
+}
+
+func newFakeDriver() *fakeDriver {
+	return &fakeDriver{answers: map[string]string{}, errs: map[string]error{}, block: map[string]chan struct{}{}, calls: map[string]int{}, started: make(chan string, 100)}
+}
+
+func (f *fakeDriver) PowerState(ctx context.Context, t Target) (string, error) {
+	n := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for {
+		m := f.maxSeen.Load()
+		if n <= m || f.maxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	f.mu.Lock()
+	f.calls[t.Host]++
+	ans, err, blk := f.answers[t.Host], f.errs[t.Host], f.block[t.Host]
+	f.mu.Unlock()
+	f.started <- t.Host
+	if blk != nil {
+		select {
+		case <-blk:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	return ans, err
+}
+
+func (f *fakeDriver) callCount(h string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[h]
+}
+
+func target(h string) Target { return Target{Host: h, Protocol: "redfish", Address: "https://" + h} }
+
+func testConfig() Config {
+	return Config{CallTimeout: 5 * time.Second, CacheTTL: 5 * time.Second, MaxConcurrent: 8, FailureThreshold: 3, BackoffBase: 10 * time.Second, BackoffMax: time.Minute}
+}
+
+func TestCoalescingAndCache(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	drv := newFakeDriver()
+	drv.answers["a"] = "Chassis Power is off"
+	drv.block["a"] = make(chan struct{})
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := NewService(drv, testConfig(), clk)
+
+	var wg sync.WaitGroup
+	results := make(chan Reading, 10)
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.PowerState(ctx, target("a"))
+			if err != nil {
+				t.Error(err)
+			}
+			results <- r
+		}()
+	}
+	<-drv.started
+	close(drv.block["a"])
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r.State != PowerOff {
+			t.Errorf("state = %q", r.State)
+		}
+	}
+	if n := drv.callCount("a"); n != 1 {
+		t.Fatalf("10 concurrent asks made %d BMC calls, want 1", n)
+	}
+	// Within the TTL: cached, no call.
+	clk.Step(4 * time.Second)
+	r, err := s.PowerState(ctx, target("a"))
+	if err != nil || !r.Cached || drv.callCount("a") != 1 {
+		t.Fatalf("within TTL: %+v, %v, calls %d", r, err, drv.callCount("a"))
+	}
+	// After the TTL: a new call.
+	clk.Step(2 * time.Second)
+	if r, err := s.PowerState(ctx, target("a")); err != nil || r.Cached || drv.callCount("a") != 2 {
+		t.Fatalf("after TTL: %+v, %v, calls %d", r, err, drv.callCount("a"))
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	drv := newFakeDriver()
+	drv.errs["a"] = fmt.Errorf("%w: connection refused", ErrUnreachable)
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := NewService(drv, testConfig(), clk)
+
+	for i := range 3 {
+		if _, err := s.PowerState(ctx, target("a")); !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("call %d: %v, want ErrUnreachable", i, err)
+		}
+	}
+	_, err := s.PowerState(ctx, target("a"))
+	if !errors.Is(err, ErrBackoff) || !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("after 3 failures: %v, want ErrBackoff wrapping the last error", err)
+	}
+	if drv.callCount("a") != 3 {
+		t.Fatalf("a backed-off BMC was called: %d calls", drv.callCount("a"))
+	}
+	// After the backoff, it is tried again; a success closes the breaker.
+	clk.Step(11 * time.Second)
+	drv.mu.Lock()
+	drv.errs["a"], drv.answers["a"] = nil, "On"
+	drv.mu.Unlock()
+	if r, err := s.PowerState(ctx, target("a")); err != nil || r.State != PowerOn {
+		t.Fatalf("after backoff: %+v, %v", r, err)
+	}
+	// Errors are never cached as a state, and a failure after recovery starts over.
+	clk.Step(10 * time.Second)
+	drv.mu.Lock()
+	drv.errs["a"] = fmt.Errorf("%w: 401", ErrAuth)
+	drv.mu.Unlock()
+	if _, err := s.PowerState(ctx, target("a")); !errors.Is(err, ErrAuth) {
+		t.Fatalf("auth failure: %v", err)
+	}
+	if _, err := s.PowerState(ctx, target("a")); errors.Is(err, ErrBackoff) {
+		t.Fatal("one failure after recovery opened the breaker")
+	}
+}
+
+func TestGlobalLimitAndHungBMC(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	drv := newFakeDriver()
+	cfg := testConfig()
+	cfg.MaxConcurrent = 2
+	s := NewService(drv, cfg, nil)
+	// "hung" never answers until released; the others answer at once.
+	drv.block["hung"] = make(chan struct{})
+	hungDone := make(chan error, 1)
+	go func() { _, err := s.PowerState(ctx, target("hung")); hungDone <- err }()
+	<-drv.started
+	for i := range 20 {
+		h := fmt.Sprintf("h%d", i)
+		drv.mu.Lock()
+		drv.answers[h] = "On"
+		drv.mu.Unlock()
+		if r, err := s.PowerState(ctx, target(h)); err != nil || r.State != PowerOn {
+			t.Fatalf("%s answered %+v, %v while another BMC hangs", h, r, err)
+		}
+	}
+	select {
+	case err := <-hungDone:
+		t.Fatalf("the hung BMC answered: %v", err)
+	default:
+	}
+	close(drv.block["hung"])
+	<-hungDone
+	if m := drv.maxSeen.Load(); m > 2 {
+		t.Errorf("%d calls in flight, limit 2", m)
+	}
+}
+
+func TestTimeoutAndUnknown(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	drv := newFakeDriver()
+	cfg := testConfig()
+	cfg.CallTimeout = 50 * time.Millisecond
+	s := NewService(drv, cfg, nil)
+	drv.block["slow"] = make(chan struct{}) // never released: honors ctx
+	if _, err := s.PowerState(ctx, target("slow")); !errors.Is(err, ErrUnreachable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("hung BMC: %v, want ErrUnreachable from the deadline", err)
+	}
+	drv.answers["weird"] = "Paused"
+	_, err := s.PowerState(ctx, target("weird"))
+	if !errors.Is(err, ErrUnknownState) {
+		t.Fatalf("Paused: %v, want ErrUnknownState", err)
+	}
+	for range 5 {
+		_, _ = s.PowerState(ctx, target("weird"))
+	}
+	if _, err := s.PowerState(ctx, target("weird")); errors.Is(err, ErrBackoff) {
+		t.Fatal("an answering BMC with an unknown state was backed off")
+	}
+}
+
+func TestCallerCancelDoesNotCancelSharedCall(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	drv := newFakeDriver()
+	drv.answers["a"] = "Off"
+	drv.block["a"] = make(chan struct{})
+	s := NewService(drv, testConfig(), nil)
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { _, err := s.PowerState(cctx, target("a")); errc <- err }()
+	<-drv.started
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled caller: %v", err)
+	}
+	second := make(chan Reading, 1)
+	go func() { r, _ := s.PowerState(ctx, target("a")); second <- r }()
+	close(drv.block["a"])
+	if r := <-second; r.State != PowerOff || drv.callCount("a") != 1 {
+		t.Fatalf("second caller: %+v, calls %d; want the first call's answer", r, drv.callCount("a"))
+	}
+}
