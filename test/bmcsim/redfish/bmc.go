@@ -1,0 +1,598 @@
+package redfish
+
+import (
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultUsername       = "admin"
+	DefaultPassword       = "password"
+	DefaultSystemID       = "1"
+	DefaultManagerID      = "BMC"
+	DefaultChassisID      = "1"
+	DefaultMaxSessions    = 4
+	DefaultRedfishVersion = "1.17.0"
+)
+
+// Options configures a BMC. The zero value is a usable BMC: TLS on a random
+// 127.0.0.1 port, user admin/password, one system "1" that is On, at most 4
+// sessions, instant power transitions.
+type Options struct {
+	// Username and Password are the only valid credentials, for both Basic
+	// auth and session login. Defaults: DefaultUsername, DefaultPassword.
+	Username, Password string
+
+	// Addr is the listen address. It must be a loopback IP (or "localhost")
+	// with a port; the default "127.0.0.1:0" picks a random port.
+	Addr string
+	// PlainHTTP serves plain HTTP instead of TLS.
+	PlainHTTP bool
+	// CA issues the server certificate. Nil: the BMC generates its own CA.
+	// Share one CA between BMCs so that clients trust a single certificate.
+	CA *CA
+
+	// SystemID, ManagerID and ChassisID name the single ComputerSystem,
+	// Manager and Chassis (the last path segment of their URIs). Defaults:
+	// DefaultSystemID, DefaultManagerID, DefaultChassisID.
+	SystemID, ManagerID, ChassisID string
+	// SystemName is the ComputerSystem's Name (bmclib's WithRedfishSystemName
+	// matches it). Default "System".
+	SystemName string
+	// Manufacturer, Model and SerialNumber of the ComputerSystem. Defaults:
+	// "Contoso", "Emulated Server", "SN" + the system UUID's first group.
+	// bmclib's "dell" driver, registered for the "redfish" protocol like
+	// "gofish", stays open only if Manufacturer contains "dell" (it always
+	// dials port 443, ignoring WithRedfishPort).
+	Manufacturer, Model, SerialNumber string
+	// SystemUUID is the ComputerSystem's UUID; ServiceUUID the ServiceRoot's
+	// (and the Manager's ServiceEntryPointUUID). Random when empty.
+	SystemUUID, ServiceUUID string
+	// RedfishVersion is the ServiceRoot's RedfishVersion. Default
+	// DefaultRedfishVersion.
+	RedfishVersion string
+
+	// InitialPowerState is the host's power state at start: PowerOn (the
+	// default) or PowerOff.
+	InitialPowerState PowerState
+	// TransitionDelay is how long the host stays in each of PoweringOn and
+	// PoweringOff after a Reset. Zero: resets take effect at once.
+	TransitionDelay time.Duration
+	// AllowedResetTypes is ResetType@Redfish.AllowableValues; a Reset with
+	// another type answers 400. Default AllResetTypes.
+	AllowedResetTypes []ResetType
+	// StrictReset makes a Reset that would change nothing (On when on,
+	// ForceOff when off, a restart or NMI when off) answer 409 Conflict, as
+	// iDRAC does. Default: such a Reset succeeds and does nothing.
+	StrictReset bool
+	// StrictETag makes Reset require a matching If-Match when the client
+	// sends one: a stale ETag answers 412. The ComputerSystem always carries
+	// an ETag that changes with its power state.
+	StrictETag bool
+
+	// MaxSessions is the session limit; a login beyond it answers
+	// SessionLimitStatus. Zero means DefaultMaxSessions; negative, no limit.
+	MaxSessions int
+	// SessionLimitStatus is the HTTP status of a login refused for the
+	// limit or SetSessionExhausted. Default 503, as iDRAC (RAC0218) answers.
+	SessionLimitStatus int
+	// SessionTimeout expires a session that has not been used for that long
+	// (its token then answers 401). Zero: sessions never expire.
+	SessionTimeout time.Duration
+	// DisableBasicAuth refuses HTTP Basic auth (401), as some BMCs can be
+	// configured to; only session tokens are then accepted.
+	DisableBasicAuth bool
+
+	// ErrorLog receives the HTTP server's own errors (TLS handshake
+	// failures, for example). Nil discards them.
+	ErrorLog *log.Logger
+}
+
+// Request is one request as the BMC received it, before any fault injection.
+type Request struct {
+	Method string
+	// Path is the URL path as sent (query excluded).
+	Path string
+	// Auth is the kind of credentials the request carried, valid or not:
+	// "session" (X-Auth-Token), "basic" (Authorization: Basic) or "none".
+	Auth string
+}
+
+// BMC is an emulated Redfish BMC managing one server. All its methods are
+// safe for concurrent use. Create it with NewBMC, then Start it; Close
+// releases everything.
+type BMC struct {
+	opts Options
+	ca   *CA
+	now  func() time.Time // the clock; tests in this package may replace it before Start
+
+	mu          sync.Mutex
+	started     bool
+	closed      bool
+	ln          net.Listener
+	srv         *http.Server
+	url         string
+	handlers    sync.WaitGroup // in-flight requests
+	connMu      sync.Mutex
+	conns       map[net.Conn]struct{} // open connections, tracked through ConnState
+	connsWG     sync.WaitGroup        // one per connection until StateClosed
+	serveDone   chan struct{}
+	done        chan struct{} // closed by Close: ends hung and delayed requests
+	power       power
+	resets      []ResetType
+	sessions    map[string]*session // by ID
+	byToken     map[string]*session
+	nextSession int
+	created     int
+	deleted     int
+	loginFails  int
+	requests    map[string]int
+	reqLog      []Request
+	latency     time.Duration
+	hang        chan struct{} // non-nil while hanging; closed when the hang ends
+	failStatus  int
+	malformed   bool
+	exhausted   bool
+}
+
+type session struct {
+	id, token, user string
+	created, used   time.Time
+}
+
+// NewBMC returns an unstarted BMC. It panics if opts are invalid (an unknown
+// InitialPowerState or ResetType, a SessionLimitStatus outside 100-599) or
+// if it cannot generate a CA, as httptest does with its own setup failures.
+func NewBMC(opts Options) *BMC {
+	if opts.Username == "" {
+		opts.Username = DefaultUsername
+	}
+	if opts.Password == "" {
+		opts.Password = DefaultPassword
+	}
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	if opts.SystemID == "" {
+		opts.SystemID = DefaultSystemID
+	}
+	if opts.ManagerID == "" {
+		opts.ManagerID = DefaultManagerID
+	}
+	if opts.ChassisID == "" {
+		opts.ChassisID = DefaultChassisID
+	}
+	if opts.SystemName == "" {
+		opts.SystemName = "System"
+	}
+	if opts.SystemUUID == "" {
+		opts.SystemUUID = newUUID()
+	}
+	if opts.ServiceUUID == "" {
+		opts.ServiceUUID = newUUID()
+	}
+	if opts.Manufacturer == "" {
+		opts.Manufacturer = "Contoso"
+	}
+	if opts.Model == "" {
+		opts.Model = "Emulated Server"
+	}
+	if opts.SerialNumber == "" {
+		opts.SerialNumber = "SN" + opts.SystemUUID[:8]
+	}
+	if opts.RedfishVersion == "" {
+		opts.RedfishVersion = DefaultRedfishVersion
+	}
+	switch opts.InitialPowerState {
+	case "":
+		opts.InitialPowerState = PowerOn
+	case PowerOn, PowerOff:
+	default:
+		panic(fmt.Sprintf("redfish: InitialPowerState %q is not On or Off", opts.InitialPowerState))
+	}
+	if opts.AllowedResetTypes == nil {
+		opts.AllowedResetTypes = AllResetTypes
+	}
+	opts.AllowedResetTypes = append([]ResetType(nil), opts.AllowedResetTypes...)
+	for _, t := range opts.AllowedResetTypes {
+		if !validResetType(t) {
+			panic(fmt.Sprintf("redfish: unknown ResetType %q", t))
+		}
+	}
+	if opts.MaxSessions == 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.SessionLimitStatus == 0 {
+		opts.SessionLimitStatus = http.StatusServiceUnavailable
+	}
+	if opts.SessionLimitStatus < 100 || opts.SessionLimitStatus > 599 {
+		panic(fmt.Sprintf("redfish: SessionLimitStatus %d is not an HTTP status", opts.SessionLimitStatus))
+	}
+	if opts.ErrorLog == nil {
+		opts.ErrorLog = log.New(io.Discard, "", 0)
+	}
+	b := &BMC{
+		opts:     opts,
+		ca:       opts.CA,
+		now:      time.Now,
+		done:     make(chan struct{}),
+		sessions: map[string]*session{},
+		byToken:  map[string]*session{},
+		requests: map[string]int{},
+	}
+	b.power.final = opts.InitialPowerState
+	if !opts.PlainHTTP && b.ca == nil {
+		ca, err := NewCA()
+		if err != nil {
+			panic("redfish: " + err.Error())
+		}
+		b.ca = ca
+	}
+	return b
+}
+
+// Start listens on Options.Addr and serves in the background. It fails if
+// the address is not loopback or cannot be bound, and if the BMC was already
+// started or closed.
+func (b *BMC) Start() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.started || b.closed {
+		return errors.New("redfish: BMC already started or closed")
+	}
+	host, port, err := net.SplitHostPort(b.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("redfish: Addr %q: %w", b.opts.Addr, err)
+	}
+	if host == "localhost" {
+		host = "127.0.0.1"
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("redfish: Addr %q is not a loopback address", b.opts.Addr)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return fmt.Errorf("redfish: listen: %w", err)
+	}
+	scheme := "http"
+	if !b.opts.PlainHTTP {
+		cert, err := b.ca.issueServer()
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("redfish: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{
+			Certificates: []tls.Certificate{cert},
+			MinVersion:   tls.VersionTLS12,
+			NextProtos:   []string{"http/1.1"}, // BMCs speak HTTP/1.1
+		})
+		scheme = "https"
+	}
+	b.ln = ln
+	b.url = scheme + "://" + ln.Addr().String()
+	b.conns = map[net.Conn]struct{}{}
+	b.srv = &http.Server{
+		Handler:           http.HandlerFunc(b.serveHTTP),
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          b.opts.ErrorLog,
+		ConnState:         b.connState,
+	}
+	b.serveDone = make(chan struct{})
+	b.started = true
+	go func(srv *http.Server, ln net.Listener, done chan struct{}) {
+		defer close(done)
+		_ = srv.Serve(ln) // returns http.ErrServerClosed after Close
+	}(b.srv, ln, b.serveDone)
+	return nil
+}
+
+// Close stops the BMC: it closes the listener and every connection, ends
+// hung and delayed requests (their clients get no answer), and returns once
+// the server goroutine and every request handler have returned and every
+// connection is closed. Calling it again, or on an unstarted BMC, is a no-op.
+func (b *BMC) Close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	srv, serveDone := b.srv, b.serveDone
+	b.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close() // listener and connections first: a released handler cannot answer
+	}
+	close(b.done)
+	if srv == nil {
+		return
+	}
+	<-serveDone
+	// Serve has returned, so no connection can appear any more; close again
+	// any that was accepted while srv.Close ran.
+	b.connMu.Lock()
+	for c := range b.conns {
+		_ = c.Close()
+	}
+	b.connMu.Unlock()
+	b.handlers.Wait()
+	b.connsWG.Wait()
+}
+
+// connState tracks connections so that Close can wait for all of them.
+func (b *BMC) connState(c net.Conn, s http.ConnState) {
+	b.connMu.Lock()
+	defer b.connMu.Unlock()
+	switch s {
+	case http.StateNew:
+		b.conns[c] = struct{}{}
+		b.connsWG.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		if _, ok := b.conns[c]; ok {
+			delete(b.conns, c)
+			b.connsWG.Done()
+		}
+	}
+}
+
+// URL returns the base URL, such as https://127.0.0.1:40123 (no trailing
+// slash), or "" before Start.
+func (b *BMC) URL() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.url
+}
+
+// Host returns the host part of URL ("127.0.0.1"), as bmclib.NewClient wants it.
+func (b *BMC) Host() string {
+	u, err := url.Parse(b.URL())
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}
+
+// Port returns the port part of URL, as bmclib.WithRedfishPort wants it.
+func (b *BMC) Port() string {
+	u, err := url.Parse(b.URL())
+	if err != nil {
+		return ""
+	}
+	return u.Port()
+}
+
+// Username and Password return the valid credentials.
+func (b *BMC) Username() string { return b.opts.Username }
+
+// Password returns the valid password.
+func (b *BMC) Password() string { return b.opts.Password }
+
+// SystemPath returns the ComputerSystem's URI, /redfish/v1/Systems/{id}.
+func (b *BMC) SystemPath() string { return "/redfish/v1/Systems/" + b.opts.SystemID }
+
+// CA returns the certificate of the CA that issued the server certificate,
+// or nil for a plain-HTTP BMC.
+func (b *BMC) CA() *x509.Certificate {
+	if b.ca == nil {
+		return nil
+	}
+	return b.ca.Certificate()
+}
+
+// CAPEM returns CA PEM-encoded, or nil for a plain-HTTP BMC.
+func (b *BMC) CAPEM() []byte {
+	if b.ca == nil {
+		return nil
+	}
+	return b.ca.PEM()
+}
+
+// CertPool returns a pool holding only CA (nil for a plain-HTTP BMC).
+func (b *BMC) CertPool() *x509.CertPool {
+	if b.ca == nil {
+		return nil
+	}
+	return b.ca.Pool()
+}
+
+// Client returns a new HTTP client that verifies the BMC's certificate
+// against CA (and nothing else). Its caller should CloseIdleConnections when
+// done with it.
+func (b *BMC) Client() *http.Client {
+	tr := &http.Transport{ForceAttemptHTTP2: false}
+	if b.ca != nil {
+		tr.TLSClientConfig = &tls.Config{RootCAs: b.ca.Pool(), MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: tr}
+}
+
+// ---- state and counters ----
+
+// PowerState returns the host's power state now (PoweringOn/PoweringOff
+// during a transition).
+func (b *BMC) PowerState() PowerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.power.current(b.now())
+}
+
+// SetPowerState sets the host's power state at once, cancelling any
+// transition, as if someone pressed the button or pulled the plug. Any
+// PowerState is accepted, transitional ones included (they then last until
+// the next change).
+func (b *BMC) SetPowerState(s PowerState) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.power.set(s)
+}
+
+// Resets returns the ResetTypes of every accepted ComputerSystem.Reset, in
+// order (no-ops included, refused ones not).
+func (b *BMC) Resets() []ResetType {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]ResetType(nil), b.resets...)
+}
+
+// ActiveSessions returns the number of live sessions (expired ones are not
+// counted).
+func (b *BMC) ActiveSessions() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(b.now())
+	return len(b.sessions)
+}
+
+// SessionsCreated returns the number of successful logins since NewBMC.
+func (b *BMC) SessionsCreated() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.created
+}
+
+// SessionsDeleted returns the number of sessions deleted by a DELETE (not
+// by expiry or ExpireSessions) since NewBMC.
+func (b *BMC) SessionsDeleted() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.deleted
+}
+
+// LoginFailures returns the number of logins refused for bad credentials.
+func (b *BMC) LoginFailures() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.loginFails
+}
+
+// ExpireSessions invalidates every session at once, as a BMC reboot does:
+// their tokens answer 401 from now on.
+func (b *BMC) ExpireSessions() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sessions = map[string]*session{}
+	b.byToken = map[string]*session{}
+}
+
+// Requests returns how many requests the BMC received, by "METHOD path"
+// where path has its trailing slash removed ("GET /redfish/v1"). Every
+// request counts, including those answered by a fault.
+func (b *BMC) Requests() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := make(map[string]int, len(b.requests))
+	for k, v := range b.requests {
+		m[k] = v
+	}
+	return m
+}
+
+// RequestCount returns Requests()[method + " " + path], path normalized the
+// same way.
+func (b *BMC) RequestCount(method, path string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.requests[method+" "+normalizePath(path)]
+}
+
+// RequestLog returns every request received, in order.
+func (b *BMC) RequestLog() []Request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Request(nil), b.reqLog...)
+}
+
+// ResetRequests clears Requests and RequestLog.
+func (b *BMC) ResetRequests() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.requests = map[string]int{}
+	b.reqLog = nil
+}
+
+// ---- fault injection (all take effect for requests that arrive afterwards,
+// except SetHang(false), which also releases requests already hung) ----
+
+// SetLatency delays every answer by d (0 turns it off). A delayed request
+// still ends early if its client goes away or the BMC is closed.
+func (b *BMC) SetLatency(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.latency = d
+}
+
+// SetHang makes the BMC accept connections and read requests but never
+// answer, until SetHang(false) (the held requests then proceed normally),
+// the client gives up (its context ends or it closes the connection), or
+// Close.
+func (b *BMC) SetHang(on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case on && b.hang == nil:
+		b.hang = make(chan struct{})
+	case !on && b.hang != nil:
+		close(b.hang)
+		b.hang = nil
+	}
+}
+
+// SetFailStatus makes every request, the unauthenticated ones included,
+// answer code with a Redfish error body (and WWW-Authenticate for 401). Zero
+// turns it off. It panics if code is not 0 or in 100-599.
+func (b *BMC) SetFailStatus(code int) {
+	if code != 0 && (code < 100 || code > 599) {
+		panic("redfish: SetFailStatus: not an HTTP status: " + strconv.Itoa(code))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failStatus = code
+}
+
+// SetMalformed makes every JSON body the BMC sends invalid JSON (truncated),
+// with the status code and headers unchanged; the request's effects (a
+// login, a reset) still happen.
+func (b *BMC) SetMalformed(on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.malformed = on
+}
+
+// SetSessionExhausted makes every login with valid credentials answer as if
+// the session limit were reached, however many sessions are open.
+func (b *BMC) SetSessionExhausted(on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.exhausted = on
+}
+
+func newUUID() string {
+	var u [16]byte
+	if _, err := rand.Read(u[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+func newToken() string {
+	var t [24]byte
+	if _, err := rand.Read(t[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return hex.EncodeToString(t[:])
+}

@@ -1,0 +1,44 @@
+// Package redfish emulates a Redfish BMC (DMTF DSP0266) managing one server,
+// for tests of code that drives BMCs through bmclib's "gofish" provider
+// (github.com/stmcginnis/gofish) or any other Redfish client.
+//
+// A BMC serves, on a loopback address only, over TLS with a certificate from
+// a generated CA (or plain HTTP):
+//
+//	GET    /redfish                                        version document (no auth)
+//	GET    /redfish/v1/                                    ServiceRoot (no auth)
+//	GET    /redfish/v1/SessionService
+//	POST   /redfish/v1/SessionService/Sessions             login (no auth): 201, X-Auth-Token, Location
+//	GET    /redfish/v1/SessionService/Sessions
+//	GET    /redfish/v1/SessionService/Sessions/{id}
+//	DELETE /redfish/v1/SessionService/Sessions/{id}        logout
+//	GET    /redfish/v1/Systems, /redfish/v1/Systems/{id}   ComputerSystem with PowerState and an ETag
+//	POST   /redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset
+//	GET    /redfish/v1/Managers, /redfish/v1/Managers/{id}
+//	POST   /redfish/v1/Managers/{id}/Actions/Manager.Reset  ends every session (a BMC reboot)
+//	GET    /redfish/v1/Chassis, /redfish/v1/Chassis/{id}
+//
+// Every GET also answers HEAD, and a trailing slash is optional everywhere.
+// Any other path answers 404 (401 first without credentials: bmclib's
+// "openbmc" driver probes GET / and must not mistake the emulator for an
+// OpenBMC). Every resource but the three public ones needs HTTP
+// Basic credentials or a session's X-Auth-Token, and answers 401 with a
+// Redfish error body and WWW-Authenticate otherwise. Errors are Redfish error
+// bodies citing the DMTF Base registry.
+//
+// Guarantees:
+//   - ComputerSystem.Reset really changes the power state that later GETs
+//     and PowerState report, through PoweringOn/PoweringOff for
+//     Options.TransitionDelay per step when it is set. The state machine is
+//     evaluated against the clock: it uses no timers or goroutines.
+//   - Logins beyond Options.MaxSessions are refused with
+//     Options.SessionLimitStatus (503, like iDRAC) and a SessionLimitExceeded
+//     body; ActiveSessions, SessionsCreated and SessionsDeleted let a test
+//     prove that a client never leaks sessions.
+//   - Fault switches (SetLatency, SetHang, SetFailStatus, SetMalformed,
+//     SetSessionExhausted) can be flipped at any time from any goroutine.
+//   - Close closes the listener and every connection, ends hung and delayed
+//     requests, and returns only once the server goroutine and every handler
+//     have returned and every connection is closed: the BMC leaves no
+//     goroutine behind.
+package redfish
