@@ -32,6 +32,11 @@ test: unit system e2e ## Run all tests: unit, systemd unit checks, packages, the
 .PHONY: system
 system: deps ## Check the systemd unit (systemd-analyze verify and security score) and the deb/rpm packages.
 	go test -tags systemd -count=1 -v ./test/systemd/
+	go test -tags packaging -count=1 -timeout 30m -v ./test/packaging/
+
+.PHONY: packages
+packages: ## Build the deb and rpm packages into dist/ (nfpm from the Go module proxy).
+	hack/packages.sh
 
 .PHONY: unit
 unit: ## Run the unit tests with the race detector.
@@ -60,4 +65,4 @@ demo: deps build ## Bring up a local kube-apiserver, run the CCM with the exampl
 
 .PHONY: clean
 clean: ## Remove build output.
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist
