@@ -25,6 +25,12 @@ const (
 	DefaultMaxRemovedPercent = 25
 	DefaultAcknowledgeFile   = "/etc/baremetal-ccm/inventory-ack"
 	DefaultEventsNamespace   = "kube-system"
+	DefaultBMCCallTimeout    = 10 * time.Second
+	DefaultBMCCacheTTL       = 5 * time.Second
+	DefaultBMCMaxConcurrent  = 32
+	DefaultBMCFailures       = 3
+	DefaultBMCBackoffInitial = 10 * time.Second
+	DefaultBMCBackoffMax     = 5 * time.Minute
 )
 
 // ErrInvalid is wrapped by every error Parse returns for a document that decodes but
@@ -78,6 +84,21 @@ func SetDefaults(c *CloudConfig) {
 			h.MaxBodyBytes = DefaultHTTPMaxBodyBytes
 		}
 	}
+	b := &c.BMC
+	for _, d := range []struct {
+		p   **metav1.Duration
+		def time.Duration
+	}{{&b.CallTimeout, DefaultBMCCallTimeout}, {&b.CacheTTL, DefaultBMCCacheTTL}, {&b.BackoffInitial, DefaultBMCBackoffInitial}, {&b.BackoffMax, DefaultBMCBackoffMax}} {
+		if *d.p == nil {
+			*d.p = &metav1.Duration{Duration: d.def}
+		}
+	}
+	if b.MaxConcurrent == 0 {
+		b.MaxConcurrent = DefaultBMCMaxConcurrent
+	}
+	if b.FailureThreshold == 0 {
+		b.FailureThreshold = DefaultBMCFailures
+	}
 	g := &c.Inventory.DeletionGuard
 	if g.MaxRemovedHosts == nil {
 		v := int32(DefaultMaxRemovedHosts)
@@ -105,6 +126,7 @@ func Validate(c *CloudConfig) field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("eventsNamespace"), c.EventsNamespace, msg))
 	}
 	errs = append(errs, validateInventory(&c.Inventory, field.NewPath("inventory"))...)
+	errs = append(errs, validateBMC(&c.BMC, field.NewPath("bmc"))...)
 	return errs
 }
 
@@ -166,6 +188,26 @@ func validateInventory(inv *InventoryConfig, p *field.Path) field.ErrorList {
 	}
 	if !filepath.IsAbs(g.AcknowledgeFile) {
 		errs = append(errs, field.Invalid(gp.Child("acknowledgeFile"), g.AcknowledgeFile, "must be an absolute path"))
+	}
+	return errs
+}
+
+func validateBMC(b *BMCConfig, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, validatePositive(b.CallTimeout, p.Child("callTimeout"))...)
+	errs = append(errs, validatePositive(b.BackoffInitial, p.Child("backoffInitial"))...)
+	errs = append(errs, validatePositive(b.BackoffMax, p.Child("backoffMax"))...)
+	if b.CacheTTL.Duration < 0 {
+		errs = append(errs, field.Invalid(p.Child("cacheTTL"), b.CacheTTL.Duration.String(), "must be 0 (no cache) or positive"))
+	}
+	if b.MaxConcurrent < 1 {
+		errs = append(errs, field.Invalid(p.Child("maxConcurrent"), b.MaxConcurrent, "must be 1 or more"))
+	}
+	if b.FailureThreshold < 1 {
+		errs = append(errs, field.Invalid(p.Child("failureThreshold"), b.FailureThreshold, "must be 1 or more"))
+	}
+	if b.BackoffMax.Duration < b.BackoffInitial.Duration {
+		errs = append(errs, field.Invalid(p.Child("backoffMax"), b.BackoffMax.Duration.String(), "must not be shorter than backoffInitial"))
 	}
 	return errs
 }

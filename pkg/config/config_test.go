@@ -195,3 +195,21 @@ func TestUnknownFieldsAndValidationTogether(t *testing.T) {
 		}
 	}
 }
+
+func TestBMCDefaultsAndValidation(t *testing.T) {
+	cfg, err := Parse([]byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\ninventory: {file: {path: /x}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cfg.BMC
+	if b.CallTimeout.Duration != DefaultBMCCallTimeout || b.CacheTTL.Duration != DefaultBMCCacheTTL || b.MaxConcurrent != DefaultBMCMaxConcurrent ||
+		b.FailureThreshold != DefaultBMCFailures || b.BackoffInitial.Duration != DefaultBMCBackoffInitial || b.BackoffMax.Duration != DefaultBMCBackoffMax {
+		t.Errorf("bmc defaults = %+v", b)
+	}
+	_, err = Parse([]byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\ninventory: {file: {path: /x}}\nbmc: {callTimeout: 0s, cacheTTL: -1s, maxConcurrent: -2, failureThreshold: -1, backoffInitial: 1m, backoffMax: 10s}\n"))
+	for _, want := range []string{"bmc.callTimeout", "bmc.cacheTTL", "bmc.maxConcurrent", "bmc.failureThreshold", "bmc.backoffMax"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %s", err, want)
+		}
+	}
+}

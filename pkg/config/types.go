@@ -24,9 +24,28 @@ type CloudConfig struct {
 	// Inventory says where the server inventory comes from and how reloads are guarded.
 	Inventory InventoryConfig `json:"inventory"`
 
+	// BMC tunes how power state is read from the hosts' BMCs.
+	BMC BMCConfig `json:"bmc"`
+
 	// EventsNamespace is where events about cluster-wide objects (the inventory) are
 	// recorded. Default: kube-system.
 	EventsNamespace string `json:"eventsNamespace,omitempty"`
+}
+
+// BMCConfig tunes BMC access. Every call has a deadline; concurrent asks for one host
+// share one call; a BMC that keeps failing is backed off.
+type BMCConfig struct {
+	// CallTimeout bounds one BMC call (login, query, logout). Default: 10s.
+	CallTimeout *metav1.Duration `json:"callTimeout,omitempty"`
+	// CacheTTL is how long a power state read from a BMC is reused. Default: 5s.
+	CacheTTL *metav1.Duration `json:"cacheTTL,omitempty"`
+	// MaxConcurrent is the number of BMC calls in flight at once. Default: 32.
+	MaxConcurrent int32 `json:"maxConcurrent,omitempty"`
+	// FailureThreshold consecutive failures back a BMC off for BackoffInitial,
+	// doubling up to BackoffMax. Defaults: 3, 10s, 5m.
+	FailureThreshold int32            `json:"failureThreshold,omitempty"`
+	BackoffInitial   *metav1.Duration `json:"backoffInitial,omitempty"`
+	BackoffMax       *metav1.Duration `json:"backoffMax,omitempty"`
 }
 
 // InventoryConfig selects exactly one inventory source.

@@ -1,7 +1,8 @@
-// Package instances implements cloudprovider.InstancesV2 from the server inventory.
+// Package instances implements cloudprovider.InstancesV2 from the server inventory and
+// the hosts' BMCs.
 //
 // InstanceMetadata and InstanceExists answer from the in-memory inventory and never
-// make a network call. InstanceExists reports a host gone only on positive evidence:
+// make a network call; InstanceShutdown asks the BMC through the power service. InstanceExists reports a host gone only on positive evidence:
 // the Node's baremetal:// host is absent from, or decommissioned in, an inventory that
 // loaded without error while the deletion guard is not tripped. Everything else that is
 // not a clear "exists" is an error, so the node-lifecycle controller never deletes a
@@ -20,6 +21,7 @@ import (
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
 
@@ -47,18 +49,24 @@ type EventRecorder interface {
 	Eventf(object runtime.Object, eventType, reason, messageFmt string, args ...any)
 }
 
+// Power reads a host's power state from its BMC (bmc.Service).
+type Power interface {
+	PowerState(ctx context.Context, t bmc.Target) (bmc.Reading, error)
+}
+
 // Instances implements cloudprovider.InstancesV2.
 type Instances struct {
 	inv    Inventory
+	power  Power
 	events EventRecorder
 }
 
 var _ cloudprovider.InstancesV2 = (*Instances)(nil)
 
-// New returns Instances answering from inv and recording Node events through events
-// (which may be nil).
-func New(inv Inventory, events EventRecorder) *Instances {
-	return &Instances{inv: inv, events: events}
+// New returns Instances answering from inv, reading power through power, and
+// recording Node events through events (which may be nil).
+func New(inv Inventory, power Power, events EventRecorder) *Instances {
+	return &Instances{inv: inv, power: power, events: events}
 }
 
 // InstanceExists returns true when the Node's host is in the inventory and not
@@ -93,11 +101,30 @@ func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, er
 	return false, nil
 }
 
-// InstanceShutdown reports whether the Node's host is powered off. Power state comes
-// from the BMC, which this version does not query yet: it always returns false, so
-// the shutdown taint is never added.
+// InstanceShutdown reports whether the Node's host is powered off, as its BMC says
+// (through the power service's cache, so the node-lifecycle controller's 5 s passes do
+// not cost a BMC call each). Off is true; on or powering on/off is false; an
+// unreachable, refusing, backed-off or unknown-answering BMC is an error, never a
+// guess. A host without a BMC in the inventory is false: there is no evidence it is off.
 func (i *Instances) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, error) {
-	return false, nil
+	view, err := i.inv.View()
+	if err != nil {
+		return false, err
+	}
+	host, _, err := view.Match(node)
+	if err != nil {
+		return false, fmt.Errorf("node %s: %w", node.Name, err)
+	}
+	target, ok := bmc.TargetFor(host)
+	if !ok || i.power == nil {
+		return false, nil
+	}
+	r, err := i.power.PowerState(ctx, target)
+	if err != nil {
+		return false, fmt.Errorf("node %s: power state of host %q: %w", node.Name, host.Name, err)
+	}
+	klog.FromContext(ctx).V(4).Info("Power state", "node", node.Name, "host", host.Name, "state", r.State, "cached", r.Cached)
+	return r.State == bmc.PowerOff, nil
 }
 
 // InstanceMetadata returns the Node's providerID, instance type, zone, region,

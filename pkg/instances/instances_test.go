@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
 
@@ -35,6 +36,8 @@ hosts:
   state: maintenance
 - name: node-c
   state: decommissioned
+- name: power-1
+  bmc: {protocol: redfish, address: "https://10.1.0.1", credentialsFile: /etc/baremetal-ccm/bmc/power-1}
 `
 
 // fakeInventory is a test double for the Store.
@@ -77,7 +80,7 @@ func setup(t *testing.T) (*Instances, *fakeInventory, *fakeRecorder, context.Con
 	inv := &fakeInventory{view: v}
 	rec := &fakeRecorder{}
 	_, ctx := ktesting.NewTestContext(t)
-	return New(inv, rec), inv, rec, ctx
+	return New(inv, nil, rec), inv, rec, ctx
 }
 
 func mkNode(name, providerID string) *v1.Node {
@@ -205,9 +208,69 @@ func TestInstanceExists(t *testing.T) {
 	}
 }
 
-func TestInstanceShutdownIsFalseWithoutBMC(t *testing.T) {
-	inst, _, _, ctx := setup(t)
-	if off, err := inst.InstanceShutdown(ctx, mkNode("node-a", "baremetal://node-a")); off || err != nil {
-		t.Fatalf("InstanceShutdown = %v, %v", off, err)
+type fakePower struct {
+	state bmc.PowerState
+	err   error
+	asked []string
+}
+
+func (f *fakePower) PowerState(_ context.Context, t bmc.Target) (bmc.Reading, error) {
+	f.asked = append(f.asked, t.Host)
+	return bmc.Reading{State: f.state}, f.err
+}
+
+// TestInstanceShutdown: true only when the BMC says off; an unreachable BMC is an
+// error, never a guess; a host without a BMC is not shut down.
+func TestInstanceShutdown(t *testing.T) {
+	tests := []struct {
+		name    string
+		node    *v1.Node
+		state   bmc.PowerState
+		err     error
+		want    bool
+		wantErr error
+		asked   bool
+	}{
+		{"off", mkNode("x", "baremetal://power-1"), bmc.PowerOff, nil, true, nil, true},
+		{"on", mkNode("x", "baremetal://power-1"), bmc.PowerOn, nil, false, nil, true},
+		{"powering off is not yet off", mkNode("x", "baremetal://power-1"), bmc.PowerTransitioning, nil, false, nil, true},
+		{"unreachable is an error", mkNode("x", "baremetal://power-1"), "", fmt.Errorf("%w: timeout", bmc.ErrUnreachable), false, bmc.ErrUnreachable, true},
+		{"backed off is an error", mkNode("x", "baremetal://power-1"), "", fmt.Errorf("%w", bmc.ErrBackoff), false, bmc.ErrBackoff, true},
+		{"no BMC: not shut down", mkNode("node-a", "baremetal://node-a"), bmc.PowerOff, nil, false, nil, false},
+		{"no match is an error", mkNode("stranger", ""), bmc.PowerOff, nil, false, inventory.ErrNoMatch, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, inv, rec, ctx := setup(t)
+			power := &fakePower{state: tt.state, err: tt.err}
+			inst := New(inv, power, rec)
+			off, err := inst.InstanceShutdown(ctx, tt.node)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) || off {
+					t.Fatalf("InstanceShutdown = %v, %v; want error %v", off, err, tt.wantErr)
+				}
+			} else if err != nil || off != tt.want {
+				t.Fatalf("InstanceShutdown = %v, %v; want %v", off, err, tt.want)
+			}
+			if asked := len(power.asked) > 0; asked != tt.asked {
+				t.Errorf("BMC asked = %v, want %v", asked, tt.asked)
+			}
+		})
+	}
+}
+
+// TestMetadataNeverTouchesTheBMC: initialization answers from memory.
+func TestMetadataNeverTouchesTheBMC(t *testing.T) {
+	_, inv, rec, ctx := setup(t)
+	power := &fakePower{state: bmc.PowerOff}
+	inst := New(inv, power, rec)
+	if _, err := inst.InstanceMetadata(ctx, mkNode("power-1", "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inst.InstanceExists(ctx, mkNode("power-1", "")); err != nil {
+		t.Fatal(err)
+	}
+	if len(power.asked) != 0 {
+		t.Fatalf("InstanceMetadata/InstanceExists asked the BMC: %v", power.asked)
 	}
 }

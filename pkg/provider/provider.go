@@ -1,5 +1,5 @@
 // Package provider is the "baremetal" cloudprovider.Interface: a thin composition of
-// the inventory store and the Instances implementation. It implements InstancesV2 and
+// the inventory store, the BMC power service and the Instances implementation. It implements InstancesV2 and
 // answers nil, false for every other interface it does not implement yet.
 package provider
 
@@ -23,6 +23,7 @@ import (
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/instances"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
@@ -85,10 +86,15 @@ func New(cfg *config.CloudConfig) (*Cloud, error) {
 	store := inventory.NewStore(src, inventory.Guard{
 		MaxHosts: int(*g.MaxRemovedHosts), MaxPercent: int(*g.MaxRemovedPercent), AckFile: g.AcknowledgeFile,
 	}, refSink{rec: rec, ref: inventoryRef}, nil)
+	b := cfg.BMC
+	power := bmc.NewService(bmc.BMCLib{}, bmc.Config{
+		CallTimeout: b.CallTimeout.Duration, CacheTTL: b.CacheTTL.Duration, MaxConcurrent: int(b.MaxConcurrent),
+		FailureThreshold: int(b.FailureThreshold), BackoffBase: b.BackoffInitial.Duration, BackoffMax: b.BackoffMax.Duration,
+	}, nil)
 	return &Cloud{
 		cfg:       cfg,
 		store:     store,
-		instances: instances.New(store, rec),
+		instances: instances.New(store, power, rec),
 		recorder:  rec,
 	}, nil
 }

@@ -1,0 +1,111 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+
+	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/redfish"
+	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
+)
+
+// TestShutdownTaint: a Node whose BMC (the Redfish emulator, over TLS verified with its
+// CA) reports the host off gets the shutdown taint once NotReady; powered on and Ready
+// again, the taint goes. A second host whose BMC hangs neither delays that nor gets its
+// NotReady Node tainted or deleted.
+func TestShutdownTaint(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := redfish.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "bmc-ca.pem")
+	writeFile(t, caFile, string(ca.PEM()))
+	var bmcs []*redfish.BMC
+	var hosts string
+	for i := range 2 {
+		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: fmt.Sprintf("pw-%d-secret", i)})
+		if err := b.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		bmcs = append(bmcs, b)
+		creds := filepath.Join(dir, fmt.Sprintf("creds-%d", i))
+		writeFile(t, creds, fmt.Sprintf("username: admin\npassword: pw-%d-secret\n", i))
+		if err := os.Chmod(creds, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		hosts += fmt.Sprintf("- name: pw-%d\n  addresses: [{type: InternalIP, address: 10.80.0.%d}]\n  bmc: {protocol: redfish, address: \"https://127.0.0.1\", port: %s, credentialsFile: %s, caFile: %s}\n",
+			i, i+1, b.Port(), creds, caFile)
+	}
+	hung := bmcs[1]
+
+	l := newLabNoCCM(t)
+	l.setInventory("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n" + hosts)
+	writeFile(t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
+kind: CloudConfig
+inventory:
+  file: {path: %s, pollInterval: 1s}
+  deletionGuard: {acknowledgeFile: %s}
+bmc: {callTimeout: 3s, cacheTTL: 1s}
+`, l.inventory, l.ack))
+	l.startCCM(l.config)
+	for i := range 2 {
+		name := fmt.Sprintf("pw-%d", i)
+		l.createNode(framework.NodeSpec{Name: name, InternalIPs: []string{fmt.Sprintf("10.80.0.%d", i+1)}, Ready: ready(v1.ConditionTrue)})
+		l.waitInitialized(name)
+	}
+
+	hung.SetHang(true)
+	t.Cleanup(func() { hung.SetHang(false) })
+	bmcs[0].SetPowerState(redfish.PowerOff) // someone pulls the plug of pw-0
+	for _, n := range []string{"pw-0", "pw-1"} {
+		if err := framework.SetNodeReady(l.ctx, l.cp.Client, n, v1.ConditionUnknown); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.waitTaint("pw-0", cloudproviderapi.TaintNodeShutdown, true)
+	// The hung BMC's Node: no taint, not deleted, over several lifecycle passes.
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := l.node("pw-1")
+		if err != nil {
+			t.Fatalf("pw-1 (hung BMC): %v — it must not be deleted", err)
+		}
+		if framework.HasTaint(n, cloudproviderapi.TaintNodeShutdown) {
+			t.Fatal("pw-1 got the shutdown taint although its BMC never answered")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	bmcs[0].SetPowerState(redfish.PowerOn)
+	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "pw-0", v1.ConditionTrue); err != nil {
+		t.Fatal(err)
+	}
+	l.waitTaint("pw-0", cloudproviderapi.TaintNodeShutdown, false)
+	if bmcs[0].ActiveSessions() != 0 {
+		t.Errorf("%d Redfish sessions left open", bmcs[0].ActiveSessions())
+	}
+}
+
+func (l *lab) waitTaint(name, key string, want bool) {
+	l.t.Helper()
+	err := framework.WaitFor(l.ctx, 60*time.Second, fmt.Sprintf("taint %s on %s = %v", key, name, want), func(ctx context.Context) (bool, error) {
+		n, err := l.node(name)
+		if err != nil {
+			return false, err
+		}
+		return framework.HasTaint(n, key) == want, nil
+	})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+}
