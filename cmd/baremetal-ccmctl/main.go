@@ -2,6 +2,7 @@
 //
 //	baremetal-ccmctl manifests static-pod [--image I] [--kubeconfig P] [--config-dir D] [--secure-port N] [-- extra CCM args]
 //	baremetal-ccmctl manifests rbac
+//	baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] HOST
 //	baremetal-ccmctl version
 package main
 
@@ -20,6 +21,9 @@ const usage = `usage:
       print the static pod manifest for a control-plane node (put it in /etc/kubernetes/manifests/)
   baremetal-ccmctl manifests rbac
       print the ServiceAccount, ClusterRole and bindings the CCM needs (kubectl apply -f -)
+  baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] HOST
+      ask HOST's BMC for its power state as the CCM does; prints protocol, TLS mode,
+      reachability, power state and latency (never credentials)
   baremetal-ccmctl version
 `
 
@@ -32,6 +36,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case len(args) >= 1 && args[0] == "version":
 		fmt.Fprintln(stdout, version.String("baremetal-ccmctl"))
 		return 0
+	case len(args) >= 2 && args[0] == "bmc" && args[1] == "check":
+		return bmcCheck(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "manifests" && args[1] == "rbac":
 		return emit(stdout, stderr, manifests.RBAC()...)
 	case len(args) >= 2 && args[0] == "manifests" && args[1] == "static-pod":

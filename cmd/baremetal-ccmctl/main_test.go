@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/redfish"
 )
 
 func TestManifests(t *testing.T) {
@@ -36,5 +40,47 @@ func TestManifests(t *testing.T) {
 	}
 	if code := run([]string{"bogus"}, &out, &errb); code != 2 {
 		t.Errorf("unknown command: exit %d", code)
+	}
+}
+
+func TestBMCCheck(t *testing.T) {
+	b := redfish.NewBMC(redfish.Options{Username: "admin", Password: "ctl-secret-9"})
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	creds := filepath.Join(dir, "creds")
+	_ = os.WriteFile(ca, b.CAPEM(), 0o600)
+	_ = os.WriteFile(creds, []byte("username: admin\npassword: ctl-secret-9\n"), 0o600)
+	inv := filepath.Join(dir, "inventory.yaml")
+	_ = os.WriteFile(inv, fmt.Appendf(nil, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: h1\n  bmc: {protocol: redfish, address: \"https://127.0.0.1\", port: %s, credentialsFile: %s, caFile: %s}\n- name: nobmc\n", b.Port(), creds, ca), 0o600)
+
+	var out, errb bytes.Buffer
+	if code := run([]string{"bmc", "check", "--inventory", inv, "h1"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"protocol:    redfish", "tls:         verified with " + ca, "reachable:   yes", "power:       on", "latency:"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	b.SetHang(true)
+	out.Reset()
+	if code := run([]string{"bmc", "check", "--inventory", inv, "--timeout", "300ms", "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), "reachable:   no (unreachable)") {
+		t.Errorf("hung BMC: exit %d:\n%s", code, out.String())
+	}
+	b.SetHang(false)
+	_ = os.WriteFile(creds, []byte("username: admin\npassword: wrong-ctl-secret\n"), 0o600)
+	out.Reset()
+	if code := run([]string{"bmc", "check", "--inventory", inv, "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), "credentials refused") {
+		t.Errorf("wrong password: exit %d:\n%s", code, out.String())
+	}
+	if strings.Contains(out.String(), "ctl-secret") {
+		t.Errorf("output leaks a password:\n%s", out.String())
+	}
+	if code := run([]string{"bmc", "check", "--inventory", inv, "nobmc"}, &out, &errb); code != 2 {
+		t.Errorf("host without BMC: exit %d", code)
 	}
 }

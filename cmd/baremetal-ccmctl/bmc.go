@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+// bmcCheck asks one host's BMC for its power state, as the CCM would, and prints
+// protocol, TLS mode, reachability, power state and latency — never credentials.
+// Exit status: 0 reachable with a known state, 1 otherwise, 2 usage errors.
+func bmcCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bmc check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	invPath := fs.String("inventory", "/etc/baremetal-ccm/inventory.yaml", "Inventory document")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on the BMC call")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] HOST")
+		return 2
+	}
+	data, err := os.ReadFile(*invPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
+		return 2
+	}
+	view, err := inventory.Parse(data)
+	if err != nil {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: %s: %v\n", *invPath, err)
+		return 2
+	}
+	host, ok := view.Host(fs.Arg(0))
+	if !ok {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: no host %q in %s\n", fs.Arg(0), *invPath)
+		return 2
+	}
+	t, ok := bmc.TargetFor(host)
+	if !ok {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: host %q has no bmc block in %s\n", host.Name, *invPath)
+		return 2
+	}
+	tlsMode := "n/a (IPMI)"
+	if t.Protocol == inventory.ProtocolRedfish {
+		switch {
+		case t.InsecureSkipVerify:
+			tlsMode = "NOT verified (insecureSkipVerify)"
+		case t.CAFile != "":
+			tlsMode = "verified with " + t.CAFile
+		default:
+			tlsMode = "verified with the system roots"
+		}
+	}
+	port := "default"
+	if t.Port != 0 {
+		port = fmt.Sprint(t.Port)
+	}
+	fmt.Fprintf(stdout, "host:        %s\nprotocol:    %s\naddress:     %s (port %s)\ntls:         %s\ncredentials: %s\n",
+		host.Name, t.Protocol, t.Address, port, tlsMode, t.CredentialsFile)
+
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	start := time.Now()
+	raw, err := bmc.BMCLib{}.PowerState(ctx, t)
+	latency := time.Since(start).Round(time.Millisecond)
+	if err != nil {
+		reason := "unreachable"
+		switch {
+		case errors.Is(err, bmc.ErrAuth):
+			reason = "credentials refused"
+		case errors.Is(err, bmc.ErrCredentials):
+			reason = "credentials file unusable"
+		}
+		fmt.Fprintf(stdout, "reachable:   no (%s)\nerror:       %v\nlatency:     %s\n", reason, err, latency)
+		return 1
+	}
+	state := bmc.Normalize(raw)
+	fmt.Fprintf(stdout, "reachable:   yes\npower:       %s (BMC said %q)\nlatency:     %s\n", state, raw, latency)
+	if state == bmc.PowerUnknown {
+		return 1
+	}
+	return 0
+}
