@@ -31,6 +31,8 @@ const (
 	DefaultBMCFailures       = 3
 	DefaultBMCBackoffInitial = 10 * time.Second
 	DefaultBMCBackoffMax     = 5 * time.Minute
+	DefaultBMCReady          = 5 * time.Minute
+	DefaultBMCNotReady       = 10 * time.Second
 )
 
 // ErrInvalid is wrapped by every error Parse returns for a document that decodes but
@@ -88,7 +90,8 @@ func SetDefaults(c *CloudConfig) {
 	for _, d := range []struct {
 		p   **metav1.Duration
 		def time.Duration
-	}{{&b.CallTimeout, DefaultBMCCallTimeout}, {&b.CacheTTL, DefaultBMCCacheTTL}, {&b.BackoffInitial, DefaultBMCBackoffInitial}, {&b.BackoffMax, DefaultBMCBackoffMax}} {
+	}{{&b.CallTimeout, DefaultBMCCallTimeout}, {&b.CacheTTL, DefaultBMCCacheTTL}, {&b.BackoffInitial, DefaultBMCBackoffInitial}, {&b.BackoffMax, DefaultBMCBackoffMax},
+		{&b.ReadyInterval, DefaultBMCReady}, {&b.NotReadyInterval, DefaultBMCNotReady}} {
 		if *d.p == nil {
 			*d.p = &metav1.Duration{Duration: d.def}
 		}
@@ -197,6 +200,8 @@ func validateBMC(b *BMCConfig, p *field.Path) field.ErrorList {
 	errs = append(errs, validatePositive(b.CallTimeout, p.Child("callTimeout"))...)
 	errs = append(errs, validatePositive(b.BackoffInitial, p.Child("backoffInitial"))...)
 	errs = append(errs, validatePositive(b.BackoffMax, p.Child("backoffMax"))...)
+	errs = append(errs, validatePositive(b.ReadyInterval, p.Child("readyInterval"))...)
+	errs = append(errs, validatePositive(b.NotReadyInterval, p.Child("notReadyInterval"))...)
 	if b.CacheTTL.Duration < 0 {
 		errs = append(errs, field.Invalid(p.Child("cacheTTL"), b.CacheTTL.Duration.String(), "must be 0 (no cache) or positive"))
 	}

@@ -46,6 +46,10 @@ type BMCConfig struct {
 	FailureThreshold int32            `json:"failureThreshold,omitempty"`
 	BackoffInitial   *metav1.Duration `json:"backoffInitial,omitempty"`
 	BackoffMax       *metav1.Duration `json:"backoffMax,omitempty"`
+	// ReadyInterval and NotReadyInterval: how often the BMC conditions of a Ready and
+	// of a NotReady Node are refreshed. Defaults: 5m and 10s.
+	ReadyInterval    *metav1.Duration `json:"readyInterval,omitempty"`
+	NotReadyInterval *metav1.Duration `json:"notReadyInterval,omitempty"`
 }
 
 // InventoryConfig selects exactly one inventory source.

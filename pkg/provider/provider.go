@@ -10,11 +10,13 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -27,6 +29,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/instances"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 )
 
 // Name is the provider's name, as given to --cloud-provider.
@@ -60,8 +63,13 @@ func Factory(r io.Reader) (cloudprovider.Interface, error) {
 type Cloud struct {
 	cfg       *config.CloudConfig
 	store     *inventory.Store
+	power     *bmc.Service
 	instances *instances.Instances
 	recorder  *lazyRecorder
+
+	// set by Initialize, used by SetInformers (both on the leader)
+	ctx    context.Context
+	client kubernetes.Interface
 
 	startOnce sync.Once
 }
@@ -94,6 +102,7 @@ func New(cfg *config.CloudConfig) (*Cloud, error) {
 	return &Cloud{
 		cfg:       cfg,
 		store:     store,
+		power:     power,
 		instances: instances.New(store, power, rec),
 		recorder:  rec,
 	}, nil
@@ -111,6 +120,7 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 		cancel()
 	}()
 	client := clientBuilder.ClientOrDie("baremetal-cloud-provider")
+	c.ctx, c.client = ctx, client
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	c.recorder.set(broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource}))
@@ -128,11 +138,26 @@ func (c *Cloud) Start(ctx context.Context) {
 	})
 }
 
-// SetInformers lets the deletion guard see which hosts the cluster's Nodes reference.
+// SetInformers lets the deletion guard see which hosts the cluster's Nodes reference,
+// and starts the power monitor (BMC conditions, events, first-seen-off annotation).
 func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	nodes := factory.Core().V1().Nodes()
 	informer := nodes.Informer()
 	c.store.SetNodeHosts(nodeHosts(nodes.Lister(), informer.HasSynced))
+	if c.ctx == nil || c.client == nil {
+		return // not initialized: no API client for the monitor
+	}
+	b := c.cfg.BMC
+	mon := powermon.New(powermon.Config{
+		ReadyInterval: b.ReadyInterval.Duration, NotReadyInterval: b.NotReadyInterval.Duration, Tick: time.Second,
+	}, c.store, c.power, nodes.Lister(), c.client, func(n *v1.Node, typ, reason, format string, args ...any) {
+		c.recorder.Eventf(n, typ, reason, format, args...)
+	}, nil)
+	go func() {
+		if cache.WaitForCacheSync(c.ctx.Done(), informer.HasSynced) {
+			mon.Run(klog.NewContext(c.ctx, klog.FromContext(c.ctx).WithName("powermon")))
+		}
+	}()
 }
 
 func nodeHosts(lister corelisters.NodeLister, synced cache.InformerSynced) inventory.NodeHostsFunc {

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/redfish"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
 )
@@ -55,7 +57,7 @@ kind: CloudConfig
 inventory:
   file: {path: %s, pollInterval: 1s}
   deletionGuard: {acknowledgeFile: %s}
-bmc: {callTimeout: 3s, cacheTTL: 1s}
+bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}
 `, l.inventory, l.ack))
 	l.startCCM(l.config)
 	for i := range 2 {
@@ -73,6 +75,17 @@ bmc: {callTimeout: 3s, cacheTTL: 1s}
 		}
 	}
 	l.waitTaint("pw-0", cloudproviderapi.TaintNodeShutdown, true)
+	// Visible to a person: conditions, events, and when the host was first seen off.
+	l.waitCondition("pw-0", powermon.ConditionPoweredOn, v1.ConditionFalse)
+	l.waitCondition("pw-0", powermon.ConditionBMCReachable, v1.ConditionTrue)
+	l.waitEvent("default", "Node", "pw-0", powermon.ReasonPoweredOff)
+	if n, err := l.node("pw-0"); err != nil || n.Annotations[powermon.AnnotationOffSince] == "" {
+		t.Errorf("pw-0 lacks %s: %v", powermon.AnnotationOffSince, err)
+	}
+	l.waitCondition("pw-1", powermon.ConditionBMCReachable, v1.ConditionFalse)
+	if msg := l.waitEvent("default", "Node", "pw-1", powermon.ReasonBMCUnreachable); strings.Contains(msg, "pw-1-secret") {
+		t.Errorf("event leaks the BMC password: %s", msg)
+	}
 	// The hung BMC's Node: no taint, not deleted, over several lifecycle passes.
 	deadline := time.Now().Add(8 * time.Second)
 	for time.Now().Before(deadline) {
@@ -91,6 +104,13 @@ bmc: {callTimeout: 3s, cacheTTL: 1s}
 		t.Fatal(err)
 	}
 	l.waitTaint("pw-0", cloudproviderapi.TaintNodeShutdown, false)
+	l.waitCondition("pw-0", powermon.ConditionPoweredOn, v1.ConditionTrue)
+	if err := framework.WaitFor(l.ctx, 30*time.Second, "powered-off-since removed", func(context.Context) (bool, error) {
+		n, err := l.node("pw-0")
+		return err == nil && n.Annotations[powermon.AnnotationOffSince] == "", err
+	}); err != nil {
+		t.Error(err)
+	}
 	if bmcs[0].ActiveSessions() != 0 {
 		t.Errorf("%d Redfish sessions left open", bmcs[0].ActiveSessions())
 	}
@@ -104,6 +124,25 @@ func (l *lab) waitTaint(name, key string, want bool) {
 			return false, err
 		}
 		return framework.HasTaint(n, key) == want, nil
+	})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+func (l *lab) waitCondition(name string, ct v1.NodeConditionType, want v1.ConditionStatus) {
+	l.t.Helper()
+	err := framework.WaitFor(l.ctx, 60*time.Second, fmt.Sprintf("%s %s=%s", name, ct, want), func(ctx context.Context) (bool, error) {
+		n, err := l.node(name)
+		if err != nil {
+			return false, err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == ct {
+				return c.Status == want, nil
+			}
+		}
+		return false, nil
 	})
 	if err != nil {
 		l.t.Fatal(err)

@@ -1,0 +1,266 @@
+// Package powermon makes BMC reachability and power visible on Nodes. On the elected
+// leader it reads every Node's host power through the bmc service (cached and
+// coalesced) — Ready Nodes rarely, NotReady Nodes often — and keeps two Node
+// conditions current, records an event when either changes, and stamps the time a
+// host was first seen off in an annotation, so "off continuously since" survives a
+// restart or a leader change without any local state.
+package powermon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+// Condition types, annotation and event reasons.
+const (
+	ConditionBMCReachable v1.NodeConditionType = "baremetal-ccm.io/BMCReachable"
+	ConditionPoweredOn    v1.NodeConditionType = "baremetal-ccm.io/PoweredOn"
+	// AnnotationOffSince holds the RFC 3339 time the host was first seen off; it is
+	// removed when the host is seen on.
+	AnnotationOffSince = "baremetal-ccm.io/powered-off-since"
+
+	ReasonBMCUnreachable = "BMCUnreachable"
+	ReasonBMCReachable   = "BMCReachable"
+	ReasonPoweredOff     = "PoweredOff"
+	ReasonPoweredOn      = "PoweredOn"
+)
+
+// Power is what the monitor needs of bmc.Service.
+type Power interface {
+	PowerState(ctx context.Context, t bmc.Target) (bmc.Reading, error)
+}
+
+// Inventory is what the monitor needs of the inventory store.
+type Inventory interface {
+	View() (*inventory.View, error)
+}
+
+// Config sets how often Nodes' power is read.
+type Config struct {
+	// ReadyInterval and NotReadyInterval: the least time between two reads for a Ready
+	// and a NotReady Node.
+	ReadyInterval, NotReadyInterval time.Duration
+	// Tick is how often the monitor looks for Nodes due a read.
+	Tick time.Duration
+}
+
+// Monitor keeps the BMC conditions of Nodes current.
+type Monitor struct {
+	cfg    Config
+	inv    Inventory
+	power  Power
+	nodes  corelisters.NodeLister
+	client kubernetes.Interface
+	record func(node *v1.Node, eventType, reason, format string, args ...any)
+	clock  clock.PassiveClock
+
+	last map[string]lastRead // by node name; only the Sync caller touches it
+}
+
+type lastRead struct {
+	at    time.Time
+	ready bool
+}
+
+// New returns a Monitor. record may be nil.
+func New(cfg Config, inv Inventory, power Power, nodes corelisters.NodeLister, client kubernetes.Interface,
+	record func(node *v1.Node, eventType, reason, format string, args ...any), clk clock.PassiveClock) *Monitor {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if record == nil {
+		record = func(*v1.Node, string, string, string, ...any) {}
+	}
+	return &Monitor{cfg: cfg, inv: inv, power: power, nodes: nodes, client: client, record: record, clock: clk, last: map[string]lastRead{}}
+}
+
+// Run checks the Nodes every Tick until ctx is done.
+func (m *Monitor) Run(ctx context.Context) {
+	wait.UntilWithContext(ctx, m.Sync, m.cfg.Tick)
+}
+
+// Sync reads the power of every Node that is due (never read, its interval passed, or
+// its readiness changed) and updates it. Reads for different
+// hosts run concurrently (the bmc service bounds them), so one hung BMC does not
+// delay the others.
+func (m *Monitor) Sync(ctx context.Context) {
+	view, err := m.inv.View()
+	if err != nil {
+		return
+	}
+	nodes, err := m.nodes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	now := m.clock.Now()
+	type due struct {
+		node   *v1.Node
+		target bmc.Target
+	}
+	var work []due
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		seen[n.Name] = true
+		id, ok := inventory.HostIDFromProviderID(n.Spec.ProviderID)
+		if !ok {
+			continue
+		}
+		h, ok := view.Host(id)
+		if !ok {
+			continue
+		}
+		t, ok := bmc.TargetFor(h)
+		if !ok {
+			continue
+		}
+		ready := isReady(n)
+		interval := m.cfg.ReadyInterval
+		if !ready {
+			interval = m.cfg.NotReadyInterval
+		}
+		// Due when never read, when its interval passed, or when its readiness changed
+		// (a host back on must not show "off" for a whole ready interval).
+		if last, ok := m.last[n.Name]; ok && last.ready == ready && now.Sub(last.at) < interval {
+			continue
+		}
+		m.last[n.Name] = lastRead{at: now, ready: ready}
+		work = append(work, due{n, t})
+	}
+	for name := range m.last {
+		if !seen[name] {
+			delete(m.last, name)
+		}
+	}
+	done := make(chan struct{}, len(work))
+	for _, w := range work {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			r, err := m.power.PowerState(ctx, w.target)
+			if uerr := m.update(ctx, w.node, r, err); uerr != nil {
+				klog.FromContext(ctx).Error(uerr, "Cannot update the Node's BMC conditions", "node", w.node.Name)
+			}
+		}()
+	}
+	for range work {
+		<-done
+	}
+}
+
+// update patches the Node's conditions and annotation when they change, and records
+// events for changes of reachability and power.
+func (m *Monitor) update(ctx context.Context, node *v1.Node, r bmc.Reading, perr error) error {
+	now := metav1.NewTime(m.clock.Now())
+	reach := v1.NodeCondition{Type: ConditionBMCReachable, Status: v1.ConditionTrue, Reason: ReasonBMCReachable, Message: "the BMC answered"}
+	power := v1.NodeCondition{Type: ConditionPoweredOn, Status: v1.ConditionUnknown, Reason: "Unknown", Message: "power state not known"}
+	if perr != nil {
+		reach.Status, reach.Reason, reach.Message = v1.ConditionFalse, ReasonBMCUnreachable, perr.Error()
+		if errors.Is(perr, bmc.ErrUnknownState) {
+			reach.Status, reach.Reason = v1.ConditionTrue, ReasonBMCReachable
+		}
+	} else {
+		switch r.State {
+		case bmc.PowerOn:
+			power.Status, power.Reason, power.Message = v1.ConditionTrue, ReasonPoweredOn, "the BMC reports the host on"
+		case bmc.PowerOff:
+			power.Status, power.Reason, power.Message = v1.ConditionFalse, ReasonPoweredOff, "the BMC reports the host off"
+		case bmc.PowerTransitioning:
+			power.Reason, power.Message = "Transitioning", "the BMC reports the host powering on or off"
+		}
+	}
+
+	oldReach, oldPower := condition(node, ConditionBMCReachable), condition(node, ConditionPoweredOn)
+	var conds []v1.NodeCondition
+	for _, pair := range []struct {
+		old *v1.NodeCondition
+		new v1.NodeCondition
+	}{{oldReach, reach}, {oldPower, power}} {
+		c := pair.new
+		c.LastHeartbeatTime, c.LastTransitionTime = now, now
+		if pair.old != nil && pair.old.Status == c.Status {
+			c.LastTransitionTime = pair.old.LastTransitionTime
+			if pair.old.Reason == c.Reason && pair.old.Message == c.Message {
+				continue // unchanged: no write
+			}
+		}
+		conds = append(conds, c)
+	}
+	if len(conds) > 0 {
+		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
+		if _, err := m.client.CoreV1().Nodes().PatchStatus(ctx, node.Name, patch); err != nil {
+			return fmt.Errorf("patching conditions: %w", err)
+		}
+	}
+
+	// Events on changes only.
+	if oldReach == nil || oldReach.Status != reach.Status {
+		if reach.Status == v1.ConditionFalse {
+			m.record(node, v1.EventTypeWarning, ReasonBMCUnreachable, "BMC unreachable: %s", reach.Message)
+		} else if oldReach != nil {
+			m.record(node, v1.EventTypeNormal, ReasonBMCReachable, "BMC reachable again")
+		}
+	}
+	if power.Status != v1.ConditionUnknown && (oldPower == nil || oldPower.Status != power.Status) {
+		if power.Status == v1.ConditionFalse {
+			m.record(node, v1.EventTypeWarning, ReasonPoweredOff, "The BMC reports the host powered off")
+		} else {
+			m.record(node, v1.EventTypeNormal, ReasonPoweredOn, "The BMC reports the host powered on")
+		}
+	}
+
+	// First-seen-off annotation: set on off, removed on on; unknown leaves it alone.
+	_, has := node.Annotations[AnnotationOffSince]
+	var ann any
+	switch {
+	case power.Status == v1.ConditionFalse && !has:
+		ann = now.UTC().Format(time.RFC3339)
+	case power.Status == v1.ConditionTrue && has:
+		ann = nil
+	default:
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationOffSince: ann}}})
+	if _, err := m.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patching %s: %w", AnnotationOffSince, err)
+	}
+	return nil
+}
+
+// OffSince returns when the Node's host was first seen off, if it is recorded.
+func OffSince(node *v1.Node) (time.Time, bool) {
+	s, ok := node.Annotations[AnnotationOffSince]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	return t, err == nil
+}
+
+func condition(node *v1.Node, t v1.NodeConditionType) *v1.NodeCondition {
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == t {
+			return &node.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func isReady(n *v1.Node) bool {
+	c := condition(n, v1.NodeReady)
+	return c != nil && c.Status == v1.ConditionTrue
+}

@@ -1,0 +1,188 @@
+package powermon
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+type fakeInv struct{ v *inventory.View }
+
+func (f fakeInv) View() (*inventory.View, error) { return f.v, nil }
+
+type fakePower struct {
+	mu    sync.Mutex
+	state bmc.PowerState
+	err   error
+	asked map[string]int
+}
+
+func (f *fakePower) set(s bmc.PowerState, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state, f.err = s, err
+}
+
+func (f *fakePower) PowerState(_ context.Context, t bmc.Target) (bmc.Reading, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked[t.Host]++
+	return bmc.Reading{State: f.state}, f.err
+}
+
+type fixture struct {
+	m      *Monitor
+	client *fake.Clientset
+	idx    cache.Indexer
+	power  *fakePower
+	clock  *clocktesting.FakeClock
+	events []string
+	ctx    context.Context
+}
+
+func newFixture(t *testing.T, ready bool) *fixture {
+	v, err := inventory.Parse([]byte(`apiVersion: baremetal-ccm.io/v1alpha1
+kind: Inventory
+hosts:
+- name: h1
+  bmc: {protocol: redfish, address: "https://10.1.0.1", credentialsFile: /c}
+- name: nobmc
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := v1.ConditionUnknown
+	if ready {
+		status = v1.ConditionTrue
+	}
+	nodes := []*v1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1.NodeSpec{ProviderID: "baremetal://h1"},
+			Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: status}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Spec: v1.NodeSpec{ProviderID: "baremetal://nobmc"}},
+	}
+	f := &fixture{client: fake.NewClientset(nodes[0], nodes[1]), idx: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil),
+		power: &fakePower{state: bmc.PowerOn, asked: map[string]int{}}, clock: clocktesting.NewFakeClock(time.Now())}
+	_, f.ctx = ktesting.NewTestContext(t)
+	for _, n := range nodes {
+		_ = f.idx.Add(n)
+	}
+	f.m = New(Config{ReadyInterval: 5 * time.Minute, NotReadyInterval: 10 * time.Second, Tick: time.Second},
+		fakeInv{v}, f.power, corelisters.NewNodeLister(f.idx), f.client,
+		func(n *v1.Node, typ, reason, format string, args ...any) {
+			f.events = append(f.events, reason+": "+fmt.Sprintf(format, args...))
+		}, f.clock)
+	return f
+}
+
+// sync runs one pass and refreshes the lister from the API, as an informer would.
+func (f *fixture) sync(t *testing.T) *v1.Node {
+	t.Helper()
+	f.m.Sync(f.ctx)
+	n, err := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.idx.Update(n)
+	return n
+}
+
+func cond(n *v1.Node, t v1.NodeConditionType) v1.ConditionStatus {
+	if c := condition(n, t); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+func TestMonitorPowerCycle(t *testing.T) {
+	f := newFixture(t, false)
+	f.power.set(bmc.PowerOff, nil)
+	n := f.sync(t)
+	if cond(n, ConditionBMCReachable) != v1.ConditionTrue || cond(n, ConditionPoweredOn) != v1.ConditionFalse {
+		t.Fatalf("conditions = %+v", n.Status.Conditions)
+	}
+	since, ok := OffSince(n)
+	if !ok || !since.Equal(f.clock.Now().Truncate(time.Second)) {
+		t.Fatalf("%s = %v, %v", AnnotationOffSince, since, ok)
+	}
+	if len(f.events) != 1 || f.events[0] != "PoweredOff: The BMC reports the host powered off" {
+		t.Fatalf("events = %v", f.events)
+	}
+	if f.power.asked["nobmc"] != 0 {
+		t.Error("a host without a BMC was asked")
+	}
+
+	// Still off after a while: the first-seen-off time stays, nothing is written.
+	f.clock.Step(11 * time.Second)
+	actions := len(f.client.Actions())
+	n = f.sync(t)
+	if s, _ := OffSince(n); !s.Equal(since) {
+		t.Errorf("off-since moved to %v", s)
+	}
+	if writes := len(f.client.Actions()) - actions - 1; writes != 0 { // -1: the test's own Get
+		t.Errorf("%d writes for an unchanged state", writes)
+	}
+
+	// Unreachable: condition False and an event; the off-since stays (no evidence of on).
+	f.clock.Step(11 * time.Second)
+	f.power.set("", fmt.Errorf("%w: timeout", bmc.ErrUnreachable))
+	n = f.sync(t)
+	if cond(n, ConditionBMCReachable) != v1.ConditionFalse || cond(n, ConditionPoweredOn) != v1.ConditionUnknown {
+		t.Fatalf("unreachable: conditions = %+v", n.Status.Conditions)
+	}
+	if _, ok := OffSince(n); !ok {
+		t.Error("an unreachable BMC cleared the off-since annotation")
+	}
+
+	// Back on: annotation removed, events.
+	f.clock.Step(11 * time.Second)
+	f.power.set(bmc.PowerOn, nil)
+	n = f.sync(t)
+	if _, ok := OffSince(n); ok || cond(n, ConditionPoweredOn) != v1.ConditionTrue || cond(n, ConditionBMCReachable) != v1.ConditionTrue {
+		t.Fatalf("back on: annotations %v conditions %+v", n.Annotations, n.Status.Conditions)
+	}
+	want := []string{"PoweredOff", "BMCUnreachable", "BMCReachable", "PoweredOn"}
+	if len(f.events) != len(want) {
+		t.Fatalf("events = %v, want reasons %v", f.events, want)
+	}
+	for i, w := range want {
+		if len(f.events[i]) < len(w) || f.events[i][:len(w)] != w {
+			t.Errorf("event %d = %q, want %s", i, f.events[i], w)
+		}
+	}
+}
+
+func TestMonitorIntervals(t *testing.T) {
+	f := newFixture(t, true) // Ready: slow refresh
+	f.sync(t)
+	f.clock.Step(time.Minute)
+	f.sync(t)
+	if f.power.asked["h1"] != 1 {
+		t.Fatalf("a Ready node was read %d times within the ready interval", f.power.asked["h1"])
+	}
+	f.clock.Step(5 * time.Minute)
+	f.sync(t)
+	if f.power.asked["h1"] != 2 {
+		t.Fatalf("reads = %d after the ready interval, want 2", f.power.asked["h1"])
+	}
+	// A readiness change makes the Node due at once.
+	n, _ := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
+	condition(n, v1.NodeReady).Status = v1.ConditionFalse
+	_ = f.idx.Update(n)
+	f.m.Sync(f.ctx)
+	if f.power.asked["h1"] != 3 {
+		t.Fatalf("reads = %d after the Node went NotReady, want 3", f.power.asked["h1"])
+	}
+}
