@@ -39,7 +39,8 @@ packages: ## Build the deb and rpm packages into dist/ (nfpm from the Go module 
 	hack/packages.sh
 
 .PHONY: unit
-unit: ## Run the unit tests with the race detector.
+unit: ## Run the unit tests with the race detector (Redfish emulator and ipmi_sim BMCs on loopback).
+	hack/deps.sh --packages-only
 	go test -race -count=1 ./...
 
 .PHONY: e2e

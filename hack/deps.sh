@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# deps.sh: installs what the tests and the demo need on a fresh Debian machine.
+# deps.sh [--packages-only]: installs what the tests and the demo need on a fresh Debian machine.
 #   - Debian packages: etcd-server and etcd-client (for the real kube-apiserver), curl,
-#     openssl, iproute2, systemd (systemd-analyze checks the unit)
+#     openssl, iproute2, systemd (systemd-analyze checks the unit), openipmi (ipmi_sim)
+#     and ipmitool (IPMI BMCs for the BMC tests; ipmitool is also a runtime dependency)
 #   - kube-apiserver and kube-controller-manager, built from the Go module proxy into
 #     $BAREMETAL_CCM_CACHE (default ~/.cache/baremetal-ccm) by hack/build-kube.sh
 # Installing packages needs root; as another user it says what to install and fails.
@@ -14,6 +15,8 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v ipmi_sim >/dev/null 2>&1 || need+=(openipmi)
+command -v ipmitool >/dev/null 2>&1 || need+=(ipmitool)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]}; run as root: apt-get update && apt-get install -y --no-install-recommends ${need[*]}" >&2
@@ -24,4 +27,5 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq >&2
   apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
 fi
+[ "${1:-}" = --packages-only ] && exit 0
 "$here/build-kube.sh" >/dev/null

@@ -1,0 +1,67 @@
+package bmc
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/ipmi"
+)
+
+// TestBMCLibIPMI drives bmclib's ipmitool driver (the real ipmitool binary) against
+// real ipmi_sim BMCs on 127.0.0.1.
+func TestBMCLibIPMI(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	lab, err := ipmi.Start(ctx, t.TempDir(), 2, ipmi.Options{Username: "admin", Password: "ipmi-pw-42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lab.Stop)
+	b := lab.BMCs()[0]
+	creds := filepath.Join(t.TempDir(), "creds")
+	if err := os.WriteFile(creds, []byte("username: admin\npassword: ipmi-pw-42\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tgt := Target{Host: "ipmi-0", Protocol: "ipmi", Address: b.Host(), Port: int32(b.Port()), CredentialsFile: creds}
+	s := NewService(BMCLib{}, Config{CallTimeout: 15 * time.Second, MaxConcurrent: 4, FailureThreshold: 5, BackoffBase: time.Second, BackoffMax: time.Second}, nil)
+
+	r, err := s.PowerState(ctx, tgt)
+	if err != nil || r.State != PowerOn {
+		t.Fatalf("PowerState = %+v, %v", r, err)
+	}
+	if err := b.SetPower(false); err != nil { // the host loses power
+		t.Fatal(err)
+	}
+	raw, err := BMCLib{}.PowerState(ctx, tgt)
+	if err != nil || Normalize(raw) != PowerOff {
+		t.Fatalf("after power loss: %q (%s), %v", raw, Normalize(raw), err)
+	}
+
+	// A wrong password fails without touching the chassis; ipmitool reports it like an
+	// unreachable BMC ("Unable to establish IPMI v2 / RMCP+ session"), so it is an
+	// error either way, never a state.
+	bad := filepath.Join(t.TempDir(), "bad")
+	_ = os.WriteFile(bad, []byte("username: admin\npassword: wrong-pw\n"), 0o600)
+	wrong := tgt
+	wrong.CredentialsFile = bad
+	if _, err := (BMCLib{}).PowerState(ctx, wrong); !errors.Is(err, ErrUnreachable) && !errors.Is(err, ErrAuth) {
+		t.Fatalf("wrong password: %v", err)
+	}
+
+	// A dead BMC is an error by the deadline.
+	dead := lab.BMCs()[1]
+	if err := dead.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	deadTgt := Target{Host: "ipmi-1", Protocol: "ipmi", Address: dead.Host(), Port: int32(dead.Port()), CredentialsFile: creds}
+	if _, err := (BMCLib{}).PowerState(dctx, deadTgt); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("dead BMC: %v", err)
+	}
+}
