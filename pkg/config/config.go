@@ -130,6 +130,8 @@ func Validate(c *CloudConfig) field.ErrorList {
 	}
 	errs = append(errs, validateInventory(&c.Inventory, field.NewPath("inventory"))...)
 	errs = append(errs, validateBMC(&c.BMC, field.NewPath("bmc"))...)
+	errs = append(errs, validatePositive(c.Instances.OutOfServiceAfter, field.NewPath("instances", "outOfServiceAfter"))...)
+	errs = append(errs, validatePositive(c.Instances.DeleteAfter, field.NewPath("instances", "deleteAfter"))...)
 	return errs
 }
 

@@ -27,6 +27,9 @@ type CloudConfig struct {
 	// BMC tunes how power state is read from the hosts' BMCs.
 	BMC BMCConfig `json:"bmc"`
 
+	// Instances holds the opt-in power-off policies.
+	Instances InstancesConfig `json:"instances"`
+
 	// EventsNamespace is where events about cluster-wide objects (the inventory) are
 	// recorded. Default: kube-system.
 	EventsNamespace string `json:"eventsNamespace,omitempty"`
@@ -110,4 +113,19 @@ type DeletionGuard struct {
 	// (given in the DeletionGuardTripped event, log and metric) to accept it.
 	// Default: /etc/baremetal-ccm/inventory-ack.
 	AcknowledgeFile string `json:"acknowledgeFile,omitempty"`
+}
+
+// InstancesConfig holds opt-in policies for hosts that stay powered off. "Off
+// continuously" is measured from the Node's baremetal-ccm.io/powered-off-since
+// annotation, which any answer other than "off" (on, unreachable, unknown) clears.
+type InstancesConfig struct {
+	// OutOfServiceAfter: a NotReady Node whose host has been off this long gets the
+	// node.kubernetes.io/out-of-service taint (non-graceful node shutdown: volumes
+	// detach, pods are deleted); it is removed when the host is on and the Node Ready.
+	// Unset: never.
+	OutOfServiceAfter *metav1.Duration `json:"outOfServiceAfter,omitempty"`
+	// DeleteAfter: a NotReady Node whose host has been off this long, and is off now,
+	// is reported gone, so the node-lifecycle controller deletes it (the deletion guard
+	// still applies). Unset: never.
+	DeleteAfter *metav1.Duration `json:"deleteAfter,omitempty"`
 }

@@ -15,14 +15,17 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 )
 
 // Event reasons recorded on Nodes.
@@ -54,26 +57,41 @@ type Power interface {
 	PowerState(ctx context.Context, t bmc.Target) (bmc.Reading, error)
 }
 
+// Policy holds the opt-in power-off policies.
+type Policy struct {
+	// DeleteAfter, when positive: a host continuously off this long (the Node's
+	// powered-off-since annotation) and confirmed off now is reported gone.
+	DeleteAfter time.Duration
+	// Clock is for tests; nil is the real clock.
+	Clock clock.PassiveClock
+}
+
 // Instances implements cloudprovider.InstancesV2.
 type Instances struct {
 	inv    Inventory
 	power  Power
 	events EventRecorder
+	policy Policy
 }
 
 var _ cloudprovider.InstancesV2 = (*Instances)(nil)
 
-// New returns Instances answering from inv, reading power through power, and
-// recording Node events through events (which may be nil).
-func New(inv Inventory, power Power, events EventRecorder) *Instances {
-	return &Instances{inv: inv, power: power, events: events}
+// New returns Instances answering from inv, reading power through power, recording
+// Node events through events (which may be nil), and applying policy.
+func New(inv Inventory, power Power, events EventRecorder, policy Policy) *Instances {
+	if policy.Clock == nil {
+		policy.Clock = clock.RealClock{}
+	}
+	return &Instances{inv: inv, power: power, events: events, policy: policy}
 }
 
 // InstanceExists returns true when the Node's host is in the inventory and not
 // decommissioned. It returns (false, nil) only when the Node's host is positively gone
 // (its baremetal:// providerID names a host the inventory lacks, or the matched host is
 // decommissioned) and the inventory loaded without error with the deletion guard not
-// tripped. A Node that matches no host and has no providerID is an error, not "gone":
+// tripped; or, with the deleteAfter policy, when its host has been continuously off
+// for that long and its BMC confirms it is off now (the guard still applies). A Node
+// that matches no host and has no providerID is an error, not "gone":
 // it was never known, so nothing proves it is gone.
 func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, error) {
 	logger := klog.FromContext(ctx).WithValues("node", node.Name)
@@ -85,7 +103,11 @@ func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, er
 	var why string
 	switch {
 	case err == nil && !host.Gone():
-		return true, nil
+		off, offWhy := i.offTooLong(ctx, node, host)
+		if !off {
+			return true, nil
+		}
+		why = offWhy
 	case err == nil:
 		why = fmt.Sprintf("host %q is decommissioned in inventory %s", host.Name, view.Digest())
 	case errors.Is(err, inventory.ErrHostGone):
@@ -99,6 +121,28 @@ func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, er
 	logger.Info("Reporting instance gone", "event", "instanceGone", "reason", why, "inventory", view.Digest())
 	i.eventf(node, v1.EventTypeNormal, ReasonHostGone, "Instance reported gone: %s. The node-lifecycle controller deletes NotReady Nodes whose instance is gone.", why)
 	return false, nil
+}
+
+// offTooLong applies the deleteAfter policy: the host has been seen off continuously
+// for DeleteAfter (the Node's powered-off-since annotation) and its BMC confirms it is
+// off now. Any doubt (no annotation, BMC error, not off) answers false.
+func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *inventory.Host) (bool, string) {
+	if i.policy.DeleteAfter <= 0 || i.power == nil {
+		return false, ""
+	}
+	since, ok := powermon.OffSince(node)
+	if !ok || i.policy.Clock.Since(since) < i.policy.DeleteAfter {
+		return false, ""
+	}
+	target, ok := bmc.TargetFor(host)
+	if !ok {
+		return false, ""
+	}
+	r, err := i.power.PowerState(ctx, target)
+	if err != nil || r.State != bmc.PowerOff {
+		return false, ""
+	}
+	return true, fmt.Sprintf("host %q has been powered off since %s, longer than instances.deleteAfter (%s)", host.Name, since.Format(time.RFC3339), i.policy.DeleteAfter)
 }
 
 // InstanceShutdown reports whether the Node's host is powered off, as its BMC says

@@ -7,14 +7,17 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 )
 
 const doc = `
@@ -80,7 +83,7 @@ func setup(t *testing.T) (*Instances, *fakeInventory, *fakeRecorder, context.Con
 	inv := &fakeInventory{view: v}
 	rec := &fakeRecorder{}
 	_, ctx := ktesting.NewTestContext(t)
-	return New(inv, nil, rec), inv, rec, ctx
+	return New(inv, nil, rec, Policy{}), inv, rec, ctx
 }
 
 func mkNode(name, providerID string) *v1.Node {
@@ -243,7 +246,7 @@ func TestInstanceShutdown(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, inv, rec, ctx := setup(t)
 			power := &fakePower{state: tt.state, err: tt.err}
-			inst := New(inv, power, rec)
+			inst := New(inv, power, rec, Policy{})
 			off, err := inst.InstanceShutdown(ctx, tt.node)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) || off {
@@ -263,7 +266,7 @@ func TestInstanceShutdown(t *testing.T) {
 func TestMetadataNeverTouchesTheBMC(t *testing.T) {
 	_, inv, rec, ctx := setup(t)
 	power := &fakePower{state: bmc.PowerOff}
-	inst := New(inv, power, rec)
+	inst := New(inv, power, rec, Policy{})
 	if _, err := inst.InstanceMetadata(ctx, mkNode("power-1", "")); err != nil {
 		t.Fatal(err)
 	}
@@ -272,5 +275,57 @@ func TestMetadataNeverTouchesTheBMC(t *testing.T) {
 	}
 	if len(power.asked) != 0 {
 		t.Fatalf("InstanceMetadata/InstanceExists asked the BMC: %v", power.asked)
+	}
+}
+
+// TestDeleteAfterPolicy: gone only when continuously off for deleteAfter, confirmed
+// off now, and the guard allows it.
+func TestDeleteAfterPolicy(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	node := func(since string) *v1.Node {
+		n := mkNode("x", "baremetal://power-1")
+		if since != "" {
+			n.Annotations = map[string]string{powermon.AnnotationOffSince: since}
+		}
+		return n
+	}
+	tests := []struct {
+		name     string
+		node     *v1.Node
+		state    bmc.PowerState
+		powerErr error
+		allowErr error
+		want     bool
+		wantErr  error
+	}{
+		{"off long enough", node("2026-11-22T11:00:00Z"), bmc.PowerOff, nil, nil, false, nil},
+		{"off, not long enough", node("2026-11-22T11:45:00Z"), bmc.PowerOff, nil, nil, true, nil},
+		{"annotation old but on now", node("2026-11-22T11:00:00Z"), bmc.PowerOn, nil, nil, true, nil},
+		{"annotation old but BMC unreachable", node("2026-11-22T11:00:00Z"), "", bmc.ErrUnreachable, nil, true, nil},
+		{"no annotation", node(""), bmc.PowerOff, nil, nil, true, nil},
+		{"off long enough but guard tripped", node("2026-11-22T11:00:00Z"), bmc.PowerOff, nil, inventory.ErrDeletionGuard, false, inventory.ErrDeletionGuard},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, inv, rec, ctx := setup(t)
+			inv.allowErr = tt.allowErr
+			inst := New(inv, &fakePower{state: tt.state, err: tt.powerErr}, rec, Policy{DeleteAfter: 30 * time.Minute, Clock: clk})
+			exists, err := inst.InstanceExists(ctx, tt.node)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("InstanceExists = %v, %v; want %v", exists, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || exists != tt.want {
+				t.Fatalf("InstanceExists = %v, %v; want %v", exists, err, tt.want)
+			}
+		})
+	}
+	// Without the policy, an old annotation changes nothing.
+	_, inv, rec, ctx := setup(t)
+	inst := New(inv, &fakePower{state: bmc.PowerOff}, rec, Policy{Clock: clk})
+	if exists, err := inst.InstanceExists(ctx, node("2020-01-01T00:00:00Z")); !exists || err != nil {
+		t.Fatalf("policy off: %v, %v", exists, err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	cloudnodeutil "k8s.io/cloud-provider/node/helpers"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -31,9 +32,16 @@ import (
 const (
 	ConditionBMCReachable v1.NodeConditionType = "baremetal-ccm.io/BMCReachable"
 	ConditionPoweredOn    v1.NodeConditionType = "baremetal-ccm.io/PoweredOn"
-	// AnnotationOffSince holds the RFC 3339 time the host was first seen off; it is
-	// removed when the host is seen on.
+	// AnnotationOffSince holds the RFC 3339 time the host was first seen off; any
+	// other answer (on, transitioning, unreachable, unknown) removes it, so it only
+	// ever measures positively observed, continuous off time.
 	AnnotationOffSince = "baremetal-ccm.io/powered-off-since"
+	// AnnotationOutOfService marks an out-of-service taint this CCM added (one added by
+	// a person is never removed).
+	AnnotationOutOfService = "baremetal-ccm.io/out-of-service-taint"
+
+	ReasonOutOfService        = "OutOfServiceTaintAdded"
+	ReasonOutOfServiceRemoved = "OutOfServiceTaintRemoved"
 
 	ReasonBMCUnreachable = "BMCUnreachable"
 	ReasonBMCReachable   = "BMCReachable"
@@ -58,7 +66,12 @@ type Config struct {
 	ReadyInterval, NotReadyInterval time.Duration
 	// Tick is how often the monitor looks for Nodes due a read.
 	Tick time.Duration
+	// OutOfServiceAfter, when positive, enables the out-of-service policy.
+	OutOfServiceAfter time.Duration
 }
+
+// OutOfServiceTaint is the taint of non-graceful node shutdown.
+var OutOfServiceTaint = &v1.Taint{Key: v1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}
 
 // Monitor keeps the BMC conditions of Nodes current.
 type Monitor struct {
@@ -223,22 +236,73 @@ func (m *Monitor) update(ctx context.Context, node *v1.Node, r bmc.Reading, perr
 		}
 	}
 
-	// First-seen-off annotation: set on off, removed on on; unknown leaves it alone.
-	_, has := node.Annotations[AnnotationOffSince]
-	var ann any
+	// First-seen-off annotation: set when first seen off; any other answer removes it.
+	off := power.Status == v1.ConditionFalse
+	sinceStr, has := node.Annotations[AnnotationOffSince]
 	switch {
-	case power.Status == v1.ConditionFalse && !has:
-		ann = now.UTC().Format(time.RFC3339)
-	case power.Status == v1.ConditionTrue && has:
-		ann = nil
-	default:
+	case off && !has:
+		sinceStr = now.UTC().Format(time.RFC3339)
+		if err := m.annotate(ctx, node.Name, AnnotationOffSince, sinceStr); err != nil {
+			return err
+		}
+	case !off && has:
+		if err := m.annotate(ctx, node.Name, AnnotationOffSince, nil); err != nil {
+			return err
+		}
+	}
+	return m.outOfService(ctx, node, off, power.Status == v1.ConditionTrue, sinceStr)
+}
+
+// outOfService applies the out-of-service policy: the taint goes on a NotReady Node
+// whose host has been off for OutOfServiceAfter, and comes off (only if we added it)
+// once the host is on and the Node Ready.
+func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, off, on bool, since string) error {
+	if m.cfg.OutOfServiceAfter <= 0 {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationOffSince: ann}}})
-	if _, err := m.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("patching %s: %w", AnnotationOffSince, err)
+	_, ours := node.Annotations[AnnotationOutOfService]
+	tainted := hasTaint(node, v1.TaintNodeOutOfService)
+	switch {
+	case off && !tainted && !isReady(node):
+		t, err := time.Parse(time.RFC3339, since)
+		if err != nil || m.clock.Since(t) < m.cfg.OutOfServiceAfter {
+			return nil
+		}
+		if err := m.annotate(ctx, node.Name, AnnotationOutOfService, "true"); err != nil {
+			return err
+		}
+		if err := cloudnodeutil.AddOrUpdateTaintOnNode(m.client, node.Name, OutOfServiceTaint); err != nil {
+			return fmt.Errorf("adding the out-of-service taint: %w", err)
+		}
+		m.record(node, v1.EventTypeWarning, ReasonOutOfService, "The host has been powered off since %s (more than %s): added %s so its volumes detach and its pods are rescheduled", since, m.cfg.OutOfServiceAfter, v1.TaintNodeOutOfService)
+	case on && ours && isReady(node):
+		if tainted {
+			if err := cloudnodeutil.RemoveTaintOffNode(m.client, node.Name, node, OutOfServiceTaint); err != nil {
+				return fmt.Errorf("removing the out-of-service taint: %w", err)
+			}
+			m.record(node, v1.EventTypeNormal, ReasonOutOfServiceRemoved, "The host is powered on and the Node Ready: removed %s", v1.TaintNodeOutOfService)
+		}
+		return m.annotate(ctx, node.Name, AnnotationOutOfService, nil)
 	}
 	return nil
+}
+
+// annotate sets (value a string) or removes (value nil) one annotation.
+func (m *Monitor) annotate(ctx context.Context, node, key string, value any) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}})
+	if _, err := m.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patching annotation %s: %w", key, err)
+	}
+	return nil
+}
+
+func hasTaint(n *v1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // OffSince returns when the Node's host was first seen off, if it is recorded.

@@ -135,15 +135,16 @@ func TestMonitorPowerCycle(t *testing.T) {
 		t.Errorf("%d writes for an unchanged state", writes)
 	}
 
-	// Unreachable: condition False and an event; the off-since stays (no evidence of on).
+	// Unreachable: condition False and an event; the off-since is cleared, since
+	// nothing proves the host stayed off meanwhile.
 	f.clock.Step(11 * time.Second)
 	f.power.set("", fmt.Errorf("%w: timeout", bmc.ErrUnreachable))
 	n = f.sync(t)
 	if cond(n, ConditionBMCReachable) != v1.ConditionFalse || cond(n, ConditionPoweredOn) != v1.ConditionUnknown {
 		t.Fatalf("unreachable: conditions = %+v", n.Status.Conditions)
 	}
-	if _, ok := OffSince(n); !ok {
-		t.Error("an unreachable BMC cleared the off-since annotation")
+	if _, ok := OffSince(n); ok {
+		t.Error("off-since kept across an unreachable BMC: continuity is not proven")
 	}
 
 	// Back on: annotation removed, events.
@@ -184,5 +185,49 @@ func TestMonitorIntervals(t *testing.T) {
 	f.m.Sync(f.ctx)
 	if f.power.asked["h1"] != 3 {
 		t.Fatalf("reads = %d after the Node went NotReady, want 3", f.power.asked["h1"])
+	}
+}
+
+func TestOutOfServicePolicy(t *testing.T) {
+	f := newFixture(t, false)
+	f.m.cfg.OutOfServiceAfter = time.Minute
+	f.power.set(bmc.PowerOff, nil)
+	n := f.sync(t)
+	if hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatal("tainted before outOfServiceAfter")
+	}
+	f.clock.Step(61 * time.Second)
+	n = f.sync(t) // the annotation patch and the taint land in this pass
+	n = f.sync(t)
+	if !hasTaint(n, v1.TaintNodeOutOfService) || n.Annotations[AnnotationOutOfService] != "true" {
+		t.Fatalf("after outOfServiceAfter: taints %v annotations %v", n.Spec.Taints, n.Annotations)
+	}
+	// On but still NotReady: the taint stays.
+	f.clock.Step(11 * time.Second)
+	f.power.set(bmc.PowerOn, nil)
+	n = f.sync(t)
+	if !hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatal("taint removed while the Node is NotReady")
+	}
+	// On and Ready: removed, with our marker.
+	condition(n, v1.NodeReady).Status = v1.ConditionTrue
+	n, _ = f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{})
+	_ = f.idx.Update(n)
+	n = f.sync(t)
+	if hasTaint(n, v1.TaintNodeOutOfService) || n.Annotations[AnnotationOutOfService] != "" {
+		t.Fatalf("on and Ready: taints %v annotations %v", n.Spec.Taints, n.Annotations)
+	}
+}
+
+func TestOutOfServiceTaintOfAPersonIsKept(t *testing.T) {
+	f := newFixture(t, true)
+	f.m.cfg.OutOfServiceAfter = time.Minute
+	n, _ := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
+	n.Spec.Taints = append(n.Spec.Taints, *OutOfServiceTaint)
+	n, _ = f.client.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{})
+	_ = f.idx.Update(n)
+	n = f.sync(t)
+	if !hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatal("removed an out-of-service taint a person added")
 	}
 }

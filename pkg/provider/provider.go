@@ -13,6 +13,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
@@ -103,7 +104,7 @@ func New(cfg *config.CloudConfig) (*Cloud, error) {
 		cfg:       cfg,
 		store:     store,
 		power:     power,
-		instances: instances.New(store, power, rec),
+		instances: instances.New(store, power, rec, instances.Policy{DeleteAfter: durationOf(cfg.Instances.DeleteAfter)}),
 		recorder:  rec,
 	}, nil
 }
@@ -150,6 +151,7 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	b := c.cfg.BMC
 	mon := powermon.New(powermon.Config{
 		ReadyInterval: b.ReadyInterval.Duration, NotReadyInterval: b.NotReadyInterval.Duration, Tick: time.Second,
+		OutOfServiceAfter: durationOf(c.cfg.Instances.OutOfServiceAfter),
 	}, c.store, c.power, nodes.Lister(), c.client, func(n *v1.Node, typ, reason, format string, args ...any) {
 		c.recorder.Eventf(n, typ, reason, format, args...)
 	}, nil)
@@ -224,4 +226,11 @@ type refSink struct {
 
 func (s refSink) Eventf(eventType, reason, format string, args ...any) {
 	s.rec.Eventf(s.ref, eventType, reason, format, args...)
+}
+
+func durationOf(d *metav1.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.Duration
 }

@@ -148,3 +148,70 @@ func (l *lab) waitCondition(name string, ct v1.NodeConditionType, want v1.Condit
 		l.t.Fatal(err)
 	}
 }
+
+// TestPowerOffPolicies: with outOfServiceAfter and deleteAfter set (short here), a
+// NotReady Node whose host stays off first gets the out-of-service taint, then is
+// deleted; a host that comes back on before deleteAfter keeps its Node.
+func TestPowerOffPolicies(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := redfish.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "bmc-ca.pem")
+	writeFile(t, caFile, string(ca.PEM()))
+	creds := filepath.Join(dir, "creds")
+	writeFile(t, creds, "username: admin\npassword: policy-secret\n")
+	if err := os.Chmod(creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var hosts string
+	var bmcs []*redfish.BMC
+	for i := range 2 {
+		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: "policy-secret"})
+		if err := b.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		bmcs = append(bmcs, b)
+		hosts += fmt.Sprintf("- name: pol-%d\n  addresses: [{type: InternalIP, address: 10.90.0.%d}]\n  bmc: {protocol: redfish, address: \"https://127.0.0.1\", port: %s, credentialsFile: %s, caFile: %s}\n",
+			i, i+1, b.Port(), creds, caFile)
+	}
+	l := newLabNoCCM(t)
+	l.setInventory("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n" + hosts)
+	writeFile(t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
+kind: CloudConfig
+inventory:
+  file: {path: %s, pollInterval: 1s}
+  deletionGuard: {acknowledgeFile: %s, maxRemovedPercent: 100}
+bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}
+instances: {outOfServiceAfter: 3s, deleteAfter: 10s}
+`, l.inventory, l.ack))
+	l.startCCM(l.config)
+	for i := range 2 {
+		name := fmt.Sprintf("pol-%d", i)
+		l.createNode(framework.NodeSpec{Name: name, InternalIPs: []string{fmt.Sprintf("10.90.0.%d", i+1)}, Ready: ready(v1.ConditionTrue)})
+		l.waitInitialized(name)
+		bmcs[i].SetPowerState(redfish.PowerOff)
+		if err := framework.SetNodeReady(l.ctx, l.cp.Client, name, v1.ConditionUnknown); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		l.waitTaint(fmt.Sprintf("pol-%d", i), v1.TaintNodeOutOfService, true)
+	}
+	l.waitEvent("default", "Node", "pol-0", powermon.ReasonOutOfService)
+	// pol-1 comes back before deleteAfter: it is kept, and stays until it is Ready.
+	bmcs[1].SetPowerState(redfish.PowerOn)
+	l.waitDeleted("pol-0")
+	if msg := l.waitEvent("default", "Node", "pol-0", "HostGone"); !strings.Contains(msg, "instances.deleteAfter") {
+		t.Errorf("HostGone message: %s", msg)
+	}
+	if _, err := l.node("pol-1"); err != nil {
+		t.Fatalf("pol-1, powered on again, was deleted: %v", err)
+	}
+	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "pol-1", v1.ConditionTrue); err != nil {
+		t.Fatal(err)
+	}
+	l.waitTaint("pol-1", v1.TaintNodeOutOfService, false)
+}
