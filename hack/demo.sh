@@ -6,8 +6,9 @@
 # the kubelet by registering Nodes with the uninitialized taint, and shows what the
 # CCM does: Nodes initialized from the inventory, a Node with no inventory host kept
 # tainted with an event, and a host removed from the inventory whose NotReady Node is
-# deleted. Capabilities that have not landed yet (BMC power, LoadBalancers, routes)
-# are not shown. Everything started is stopped at the end, by recorded PID.
+# deleted, and a host powered off through its (emulated) Redfish BMC getting the
+# shutdown taint and BMC conditions. Capabilities that have not landed yet
+# (LoadBalancers, routes) are not shown. Everything started is stopped at the end, by recorded PID.
 #
 # DEMO_KEEP=1 leaves the cluster running and prints how to use it.
 set -euo pipefail
@@ -18,6 +19,7 @@ CCM=${CCM:-$root/bin/baremetal-cloud-controller-manager}
 [ -x "$CCM" ] || { echo "demo: $CCM not built; run: make build" >&2; exit 1; }
 W=$(mktemp -d /tmp/baremetal-ccm-demo.XXXXXX)
 ccm_pid=
+sim_pid=
 
 bold() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 cleanup() {
@@ -28,9 +30,10 @@ cleanup() {
   fi
   bold "Cleaning up"
   [ -n "$ccm_pid" ] && kill "$ccm_pid" 2>/dev/null && wait "$ccm_pid" 2>/dev/null
+  [ -n "$sim_pid" ] && kill "$sim_pid" 2>/dev/null && wait "$sim_pid" 2>/dev/null
   "$root/hack/lab/control-plane.sh" down "$W" >/dev/null 2>&1
   rm -rf "$W"
-  echo "stopped the CCM, kube-apiserver and etcd; removed $W"
+  echo "stopped the CCM, the BMC emulator, kube-apiserver and etcd; removed $W"
 }
 trap cleanup EXIT
 
@@ -44,7 +47,19 @@ wait_until() { # wait_until SECONDS DESCRIPTION COMMAND...
 bold "Starting etcd and kube-apiserver v$("$KUBE_BIN/kube-apiserver" --version | awk '{print $2}') on 127.0.0.1"
 "$root/hack/lab/control-plane.sh" up "$W"
 
-cat > "$W/inventory.yaml" <<'INV'
+bold "Starting an emulated Redfish BMC for worker-1 (test/bmcsim; TLS from its own CA)"
+mkdir -p "$W/bin" "$W/bmc"
+(cd "$root" && go build -o "$W/bin/redfish-sim" ./test/bmcsim/cmd/redfish-sim && go build -o "$W/bin/baremetal-ccmctl" ./cmd/baremetal-ccmctl)
+bmc_pass=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+"$W/bin/redfish-sim" -n 1 -user admin -pass "$bmc_pass" -ca-out "$W" >"$W/redfish-sim.log" 2>&1 &
+sim_pid=$!
+wait_until 20 "the BMC emulator" grep -q '^bmc-0 ' "$W/redfish-sim.log"
+read -r _ bmc_url bmc_system < <(grep '^bmc-0 ' "$W/redfish-sim.log")
+bmc_port=${bmc_url##*:}; bmc_port=${bmc_port%%/*}
+printf 'username: admin\npassword: %s\n' "$bmc_pass" > "$W/bmc/worker-1"; chmod 600 "$W/bmc/worker-1"
+echo "  $bmc_url$bmc_system (credentials in $W/bmc/worker-1, mode 0600)"
+
+cat > "$W/inventory.yaml" <<INV
 apiVersion: baremetal-ccm.io/v1alpha1
 kind: Inventory
 hosts:
@@ -64,6 +79,7 @@ hosts:
   zone: dc1-row1
   rack: r1
   labels: {gpu: a100}
+  bmc: {protocol: redfish, address: "https://127.0.0.1", port: $bmc_port, credentialsFile: $W/bmc/worker-1, caFile: $W/ca.pem}
 - name: worker-2
   addresses: [{type: InternalIP, address: 10.0.1.22}]
   instanceType: r750
@@ -77,6 +93,7 @@ kind: CloudConfig
 inventory:
   file: {path: $W/inventory.yaml, pollInterval: 1s}
   deletionGuard: {maxRemovedHosts: 1, maxRemovedPercent: 50, acknowledgeFile: $W/inventory-ack}
+bmc: {cacheTTL: 2s, notReadyInterval: 2s}
 CFG
 
 bold "Inventory ($W/inventory.yaml): 3 hosts"
@@ -138,6 +155,28 @@ k get events --field-selector involvedObject.name=worker-2 -o custom-columns='RE
 echo
 k get nodes
 
+bold "worker-1 loses power: its BMC is told to power off (a real Redfish Reset, TLS verified)"
+curl -sf --cacert "$W/ca.pem" -u "admin:$bmc_pass" -H 'Content-Type: application/json' \
+  -d '{"ResetType":"ForceOff"}' "$bmc_url$bmc_system/Actions/ComputerSystem.Reset" >/dev/null
+ready worker-1.dc1.example Unknown
+tainted() { k get node worker-1.dc1.example -o jsonpath='{.spec.taints[*].key}' | grep -q node.cloudprovider.kubernetes.io/shutdown; }
+wait_until 60 "the shutdown taint on worker-1" tainted
+k get node worker-1.dc1.example -o custom-columns='NAME:.metadata.name,TAINTS:.spec.taints[*].key,POWERED-OFF-SINCE:.metadata.annotations.baremetal-ccm\.io/powered-off-since'
+echo
+k get node worker-1.dc1.example -o jsonpath='{range .status.conditions[?(@.type!="Ready")]}{.type}={.status} ({.message}){"\n"}{end}' | sed 's/^/  /'
+k get events --field-selector involvedObject.name=worker-1.dc1.example -o custom-columns='REASON:.reason,MESSAGE:.message' | grep -E 'REASON|Powered' | fold -w 160 -s
+echo
+echo "$ baremetal-ccmctl bmc check --inventory $W/inventory.yaml worker-1"
+"$W/bin/baremetal-ccmctl" bmc check --inventory "$W/inventory.yaml" worker-1 | sed 's/^/  /' || true
+
+bold "worker-1 powered on and Ready again: the taint goes"
+curl -sf --cacert "$W/ca.pem" -u "admin:$bmc_pass" -H 'Content-Type: application/json' \
+  -d '{"ResetType":"On"}' "$bmc_url$bmc_system/Actions/ComputerSystem.Reset" >/dev/null
+ready worker-1.dc1.example True
+untainted() { ! tainted; }
+wait_until 60 "the shutdown taint to go" untainted
+k get node worker-1.dc1.example -o custom-columns='NAME:.metadata.name,TAINTS:.spec.taints[*].key'
+
 bold "A broken inventory deletes nothing: the last good one keeps serving"
 echo 'hosts: [this is not an inventory' > "$W/inventory.yaml"
 wait_until 20 "the InventoryReloadFailed event" bash -c "'$KUBE_BIN/kubectl' --kubeconfig '$W/admin.kubeconfig' -n kube-system get events --field-selector reason=InventoryReloadFailed -o name | grep -q ."
@@ -145,5 +184,5 @@ k -n kube-system get events --field-selector involvedObject.kind=Inventory -o cu
 echo
 token=$(k config view --raw -o jsonpath='{.users[0].user.token}')
 echo "/metrics of the CCM:"
-curl -sk -H "Authorization: Bearer $token" "https://127.0.0.1:$port/metrics" | grep -E '^baremetal_ccm_(inventory_(last_reload_failed|hosts|deletion_guard_tripped)|build_info)' | sed 's/^/  /'
+curl -sk -H "Authorization: Bearer $token" "https://127.0.0.1:$port/metrics" | grep -E '^baremetal_ccm_(inventory_(last_reload_failed|hosts|deletion_guard_tripped)|bmc_requests_total|build_info)' | sed 's/^/  /'
 k get nodes
