@@ -15,6 +15,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
+	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/ipmi"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/redfish"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
 )
@@ -214,4 +215,50 @@ instances: {outOfServiceAfter: 3s, deleteAfter: 10s}
 		t.Fatal(err)
 	}
 	l.waitTaint("pol-1", v1.TaintNodeOutOfService, false)
+}
+
+// TestShutdownTaintIPMI: the same through IPMI: a real ipmi_sim BMC read by bmclib's
+// ipmitool driver (the real ipmitool binary) from the CCM process.
+func TestShutdownTaintIPMI(t *testing.T) {
+	dir := t.TempDir()
+	lab, err := ipmi.Start(context.Background(), filepath.Join(dir, "ipmi"), 1, ipmi.Options{Username: "admin", Password: "ipmi-e2e-pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lab.Stop)
+	b := lab.BMCs()[0]
+	creds := filepath.Join(dir, "creds")
+	writeFile(t, creds, "username: admin\npassword: ipmi-e2e-pw\n")
+	if err := os.Chmod(creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := newLabNoCCM(t)
+	l.setInventory(fmt.Sprintf("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: ipmi-0\n  addresses: [{type: InternalIP, address: 10.85.0.1}]\n  bmc: {protocol: ipmi, address: %s, port: %d, credentialsFile: %s}\n", b.Host(), b.Port(), creds))
+	writeFile(t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
+kind: CloudConfig
+inventory:
+  file: {path: %s, pollInterval: 1s}
+  deletionGuard: {acknowledgeFile: %s}
+bmc: {callTimeout: 10s, cacheTTL: 1s, notReadyInterval: 1s}
+`, l.inventory, l.ack))
+	l.startCCM(l.config)
+	l.createNode(framework.NodeSpec{Name: "ipmi-0", InternalIPs: []string{"10.85.0.1"}, Ready: ready(v1.ConditionTrue)})
+	l.waitInitialized("ipmi-0")
+	l.waitCondition("ipmi-0", powermon.ConditionPoweredOn, v1.ConditionTrue)
+
+	if err := b.SetPower(false); err != nil { // the host loses power
+		t.Fatal(err)
+	}
+	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "ipmi-0", v1.ConditionUnknown); err != nil {
+		t.Fatal(err)
+	}
+	l.waitTaint("ipmi-0", cloudproviderapi.TaintNodeShutdown, true)
+	l.waitCondition("ipmi-0", powermon.ConditionPoweredOn, v1.ConditionFalse)
+	if err := b.SetPower(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "ipmi-0", v1.ConditionTrue); err != nil {
+		t.Fatal(err)
+	}
+	l.waitTaint("ipmi-0", cloudproviderapi.TaintNodeShutdown, false)
 }
