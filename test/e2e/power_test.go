@@ -22,8 +22,9 @@ import (
 
 // TestShutdownTaint: a Node whose BMC (the Redfish emulator, over TLS verified with its
 // CA) reports the host off gets the shutdown taint once NotReady; powered on and Ready
-// again, the taint goes. A second host whose BMC hangs neither delays that nor gets its
-// NotReady Node tainted or deleted.
+// again, the taint goes. Hosts whose BMC hangs, refuses the credentials or is gone
+// neither delay that nor get their NotReady Nodes tainted or deleted; they show
+// BMCReachable=False and an event saying why, without credentials.
 func TestShutdownTaint(t *testing.T) {
 	dir := t.TempDir()
 	ca, err := redfish.NewCA()
@@ -32,9 +33,11 @@ func TestShutdownTaint(t *testing.T) {
 	}
 	caFile := filepath.Join(dir, "bmc-ca.pem")
 	writeFile(t, caFile, string(ca.PEM()))
+	// pw-0 works; pw-1 hangs; pw-2 refuses our credentials; pw-3 is gone (closed).
+	const n = 4
 	var bmcs []*redfish.BMC
 	var hosts string
-	for i := range 2 {
+	for i := range n {
 		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: fmt.Sprintf("pw-%d-secret", i)})
 		if err := b.Start(); err != nil {
 			t.Fatal(err)
@@ -42,7 +45,11 @@ func TestShutdownTaint(t *testing.T) {
 		t.Cleanup(b.Close)
 		bmcs = append(bmcs, b)
 		creds := filepath.Join(dir, fmt.Sprintf("creds-%d", i))
-		writeFile(t, creds, fmt.Sprintf("username: admin\npassword: pw-%d-secret\n", i))
+		pass := fmt.Sprintf("pw-%d-secret", i)
+		if i == 2 {
+			pass = "pw-2-wrong"
+		}
+		writeFile(t, creds, fmt.Sprintf("username: admin\npassword: %s\n", pass))
 		if err := os.Chmod(creds, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -61,16 +68,19 @@ inventory:
 bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}
 `, l.inventory, l.ack))
 	l.startCCM(l.config)
-	for i := range 2 {
+	var names []string
+	for i := range n {
 		name := fmt.Sprintf("pw-%d", i)
+		names = append(names, name)
 		l.createNode(framework.NodeSpec{Name: name, InternalIPs: []string{fmt.Sprintf("10.80.0.%d", i+1)}, Ready: ready(v1.ConditionTrue)})
 		l.waitInitialized(name)
 	}
 
 	hung.SetHang(true)
 	t.Cleanup(func() { hung.SetHang(false) })
+	bmcs[3].Close()                         // pw-3's BMC is unreachable
 	bmcs[0].SetPowerState(redfish.PowerOff) // someone pulls the plug of pw-0
-	for _, n := range []string{"pw-0", "pw-1"} {
+	for _, n := range names {
 		if err := framework.SetNodeReady(l.ctx, l.cp.Client, n, v1.ConditionUnknown); err != nil {
 			t.Fatal(err)
 		}
@@ -83,19 +93,28 @@ bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}
 	if n, err := l.node("pw-0"); err != nil || n.Annotations[powermon.AnnotationOffSince] == "" {
 		t.Errorf("pw-0 lacks %s: %v", powermon.AnnotationOffSince, err)
 	}
-	l.waitCondition("pw-1", powermon.ConditionBMCReachable, v1.ConditionFalse)
-	if msg := l.waitEvent("default", "Node", "pw-1", powermon.ReasonBMCUnreachable); strings.Contains(msg, "pw-1-secret") {
-		t.Errorf("event leaks the BMC password: %s", msg)
+	for i, why := range map[int]string{1: "hung", 2: "credentials refused", 3: "unreachable"} {
+		name := names[i]
+		l.waitCondition(name, powermon.ConditionBMCReachable, v1.ConditionFalse)
+		msg := l.waitEvent("default", "Node", name, powermon.ReasonBMCUnreachable)
+		if strings.Contains(msg, "-secret") || strings.Contains(msg, "pw-2-wrong") {
+			t.Errorf("%s (%s): event leaks a BMC password: %s", name, why, msg)
+		}
+		if i == 2 && !strings.Contains(msg, "refused the credentials") {
+			t.Errorf("%s: event does not say the credentials were refused: %s", name, msg)
+		}
 	}
-	// The hung BMC's Node: no taint, not deleted, over several lifecycle passes.
+	// Their Nodes: no taint, not deleted, over several lifecycle passes.
 	deadline := time.Now().Add(8 * time.Second)
 	for time.Now().Before(deadline) {
-		n, err := l.node("pw-1")
-		if err != nil {
-			t.Fatalf("pw-1 (hung BMC): %v — it must not be deleted", err)
-		}
-		if framework.HasTaint(n, cloudproviderapi.TaintNodeShutdown) {
-			t.Fatal("pw-1 got the shutdown taint although its BMC never answered")
+		for _, name := range names[1:] {
+			n, err := l.node(name)
+			if err != nil {
+				t.Fatalf("%s: %v — a Node whose BMC does not answer must not be deleted", name, err)
+			}
+			if framework.HasTaint(n, cloudproviderapi.TaintNodeShutdown) {
+				t.Fatalf("%s got the shutdown taint although its BMC never said off", name)
+			}
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
