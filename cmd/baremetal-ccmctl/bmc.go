@@ -21,6 +21,7 @@ func bmcCheck(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	invPath := fs.String("inventory", "/etc/baremetal-ccm/inventory.yaml", "Inventory document")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on the BMC call")
+	defaultCA := fs.String("bmc-ca-file", "", "the CloudConfig's bmc.caFile: CA bundle for Redfish BMCs without a caFile of their own")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -43,7 +44,7 @@ func bmcCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "baremetal-ccmctl: no host %q in %s\n", fs.Arg(0), *invPath)
 		return 2
 	}
-	t, ok := bmc.TargetFor(host)
+	t, ok := bmc.TargetFor(host, *defaultCA)
 	if !ok {
 		fmt.Fprintf(stderr, "baremetal-ccmctl: host %q has no bmc block in %s\n", host.Name, *invPath)
 		return 2

@@ -21,7 +21,7 @@ const usage = `usage:
       print the static pod manifest for a control-plane node (put it in /etc/kubernetes/manifests/)
   baremetal-ccmctl manifests rbac
       print the ServiceAccount, ClusterRole and bindings the CCM needs (kubectl apply -f -)
-  baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] HOST
+  baremetal-ccmctl bmc check [--inventory FILE] [--bmc-ca-file F] [--timeout D] HOST
       ask HOST's BMC for its power state as the CCM does; prints protocol, TLS mode,
       reachability, power state and latency (never credentials)
   baremetal-ccmctl version

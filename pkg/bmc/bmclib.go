@@ -66,14 +66,20 @@ type BMCLib struct{}
 
 var _ Driver = BMCLib{}
 
-// TargetFor builds the Target of an inventory host; ok is false without a BMC.
-func TargetFor(h *inventory.Host) (Target, bool) {
+// TargetFor builds the Target of an inventory host; ok is false without a BMC. A
+// Redfish host without a caFile of its own gets defaultCA (which may be empty: the
+// system roots).
+func TargetFor(h *inventory.Host, defaultCA string) (Target, bool) {
 	if h.BMC == nil {
 		return Target{}, false
 	}
 	b := h.BMC
+	ca := b.CAFile
+	if ca == "" && b.Protocol == inventory.ProtocolRedfish {
+		ca = defaultCA
+	}
 	return Target{Host: h.Name, Protocol: b.Protocol, Address: b.Address, Port: b.Port,
-		CredentialsFile: b.CredentialsFile, CAFile: b.CAFile, InsecureSkipVerify: b.InsecureSkipVerify}, true
+		CredentialsFile: b.CredentialsFile, CAFile: ca, InsecureSkipVerify: b.InsecureSkipVerify}, true
 }
 
 // PowerState implements Driver.

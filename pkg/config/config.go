@@ -199,6 +199,9 @@ func validateInventory(inv *InventoryConfig, p *field.Path) field.ErrorList {
 
 func validateBMC(b *BMCConfig, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
+	if b.CAFile != "" && !filepath.IsAbs(b.CAFile) {
+		errs = append(errs, field.Invalid(p.Child("caFile"), b.CAFile, "must be an absolute path"))
+	}
 	errs = append(errs, validatePositive(b.CallTimeout, p.Child("callTimeout"))...)
 	errs = append(errs, validatePositive(b.BackoffInitial, p.Child("backoffInitial"))...)
 	errs = append(errs, validatePositive(b.BackoffMax, p.Child("backoffMax"))...)

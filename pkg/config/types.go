@@ -38,6 +38,9 @@ type CloudConfig struct {
 // BMCConfig tunes BMC access. Every call has a deadline; concurrent asks for one host
 // share one call; a BMC that keeps failing is backed off.
 type BMCConfig struct {
+	// CAFile is the PEM bundle that verifies Redfish BMCs whose inventory entry has no
+	// caFile of its own. Unset: the system roots.
+	CAFile string `json:"caFile,omitempty"`
 	// CallTimeout bounds one BMC call (login, query, logout). Default: 10s.
 	CallTimeout *metav1.Duration `json:"callTimeout,omitempty"`
 	// CacheTTL is how long a power state read from a BMC is reused. Default: 5s.

@@ -64,6 +64,8 @@ type Policy struct {
 	DeleteAfter time.Duration
 	// Clock is for tests; nil is the real clock.
 	Clock clock.PassiveClock
+	// DefaultCA verifies Redfish BMCs without a caFile of their own.
+	DefaultCA string
 }
 
 // Instances implements cloudprovider.InstancesV2.
@@ -134,7 +136,7 @@ func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *invento
 	if !ok || i.policy.Clock.Since(since) < i.policy.DeleteAfter {
 		return false, ""
 	}
-	target, ok := bmc.TargetFor(host)
+	target, ok := bmc.TargetFor(host, i.policy.DefaultCA)
 	if !ok {
 		return false, ""
 	}
@@ -159,7 +161,7 @@ func (i *Instances) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("node %s: %w", node.Name, err)
 	}
-	target, ok := bmc.TargetFor(host)
+	target, ok := bmc.TargetFor(host, i.policy.DefaultCA)
 	if !ok || i.power == nil {
 		return false, nil
 	}

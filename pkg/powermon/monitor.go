@@ -68,6 +68,8 @@ type Config struct {
 	Tick time.Duration
 	// OutOfServiceAfter, when positive, enables the out-of-service policy.
 	OutOfServiceAfter time.Duration
+	// DefaultCA verifies Redfish BMCs without a caFile of their own.
+	DefaultCA string
 }
 
 // OutOfServiceTaint is the taint of non-graceful node shutdown.
@@ -138,7 +140,7 @@ func (m *Monitor) Sync(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		t, ok := bmc.TargetFor(h)
+		t, ok := bmc.TargetFor(h, m.cfg.DefaultCA)
 		if !ok {
 			continue
 		}

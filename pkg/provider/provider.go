@@ -104,7 +104,7 @@ func New(cfg *config.CloudConfig) (*Cloud, error) {
 		cfg:       cfg,
 		store:     store,
 		power:     power,
-		instances: instances.New(store, power, rec, instances.Policy{DeleteAfter: durationOf(cfg.Instances.DeleteAfter)}),
+		instances: instances.New(store, power, rec, instances.Policy{DeleteAfter: durationOf(cfg.Instances.DeleteAfter), DefaultCA: cfg.BMC.CAFile}),
 		recorder:  rec,
 	}, nil
 }
@@ -151,7 +151,7 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	b := c.cfg.BMC
 	mon := powermon.New(powermon.Config{
 		ReadyInterval: b.ReadyInterval.Duration, NotReadyInterval: b.NotReadyInterval.Duration, Tick: time.Second,
-		OutOfServiceAfter: durationOf(c.cfg.Instances.OutOfServiceAfter),
+		OutOfServiceAfter: durationOf(c.cfg.Instances.OutOfServiceAfter), DefaultCA: c.cfg.BMC.CAFile,
 	}, c.store, c.power, nodes.Lister(), c.client, func(n *v1.Node, typ, reason, format string, args ...any) {
 		c.recorder.Eventf(n, typ, reason, format, args...)
 	}, nil)
