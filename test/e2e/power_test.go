@@ -20,12 +20,12 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
 )
 
-// TestShutdownTaint: a Node whose BMC (the Redfish emulator, over TLS verified with its
-// CA) reports the host off gets the shutdown taint once NotReady; powered on and Ready
-// again, the taint goes. Hosts whose BMC hangs, refuses the credentials or is gone
-// neither delay that nor get their NotReady Nodes tainted or deleted; they show
-// BMCReachable=False and an event saying why, without credentials.
-func TestShutdownTaint(t *testing.T) {
+// redfishHosts starts n Redfish emulators sharing one CA and returns them with the
+// inventory entries (name-i, InternalIP subnet.i+1) whose bmc blocks point at them over
+// verified TLS, each with its own 0600 credentials file. wrongPassword(i) makes host i's
+// credentials file hold a password its BMC refuses.
+func redfishHosts(t *testing.T, name, subnet string, n int, wrongPassword func(int) bool) ([]*redfish.BMC, string) {
+	t.Helper()
 	dir := t.TempDir()
 	ca, err := redfish.NewCA()
 	if err != nil {
@@ -33,33 +33,43 @@ func TestShutdownTaint(t *testing.T) {
 	}
 	caFile := filepath.Join(dir, "bmc-ca.pem")
 	writeFile(t, caFile, string(ca.PEM()))
-	// pw-0 works; pw-1 hangs; pw-2 refuses our credentials; pw-3 is gone (closed).
-	const n = 4
 	var bmcs []*redfish.BMC
 	var hosts string
 	for i := range n {
-		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: fmt.Sprintf("pw-%d-secret", i)})
+		pass := fmt.Sprintf("%s-%d-secret", name, i)
+		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: pass})
 		if err := b.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(b.Close)
 		bmcs = append(bmcs, b)
-		creds := filepath.Join(dir, fmt.Sprintf("creds-%d", i))
-		pass := fmt.Sprintf("pw-%d-secret", i)
-		if i == 2 {
-			pass = "pw-2-wrong"
+		if wrongPassword != nil && wrongPassword(i) {
+			pass = fmt.Sprintf("%s-%d-wrong", name, i)
 		}
+		creds := filepath.Join(dir, fmt.Sprintf("creds-%d", i))
 		writeFile(t, creds, fmt.Sprintf("username: admin\npassword: %s\n", pass))
 		if err := os.Chmod(creds, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		hosts += fmt.Sprintf("- name: pw-%d\n  addresses: [{type: InternalIP, address: 10.80.0.%d}]\n  bmc: {protocol: redfish, address: \"https://127.0.0.1\", port: %s, credentialsFile: %s, caFile: %s}\n",
-			i, i+1, b.Port(), creds, caFile)
+		hosts += fmt.Sprintf("- name: %s-%d\n  addresses: [{type: InternalIP, address: %s.%d}]\n  bmc: {protocol: redfish, address: \"https://127.0.0.1\", port: %s, credentialsFile: %s, caFile: %s}\n",
+			name, i, subnet, i+1, b.Port(), creds, caFile)
 	}
+	return bmcs, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n" + hosts
+}
+
+// TestShutdownTaint: a Node whose BMC (the Redfish emulator, over TLS verified with its
+// CA) reports the host off gets the shutdown taint once NotReady; powered on and Ready
+// again, the taint goes. Hosts whose BMC hangs, refuses the credentials or is gone
+// neither delay that nor get their NotReady Nodes tainted or deleted; they show
+// BMCReachable=False and an event saying why, without credentials.
+func TestShutdownTaint(t *testing.T) {
+	// pw-0 works; pw-1 hangs; pw-2 refuses our credentials; pw-3 is gone (closed).
+	const n = 4
+	bmcs, inv := redfishHosts(t, "pw", "10.80.0", n, func(i int) bool { return i == 2 })
 	hung := bmcs[1]
 
 	l := newLabNoCCM(t)
-	l.setInventory("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n" + hosts)
+	l.setInventory(inv)
 	writeFile(t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
 kind: CloudConfig
 inventory:
@@ -97,7 +107,7 @@ bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}
 		name := names[i]
 		l.waitCondition(name, powermon.ConditionBMCReachable, v1.ConditionFalse)
 		msg := l.waitEvent("default", "Node", name, powermon.ReasonBMCUnreachable)
-		if strings.Contains(msg, "-secret") || strings.Contains(msg, "pw-2-wrong") {
+		if strings.Contains(msg, "-secret") || strings.Contains(msg, "-wrong") {
 			t.Errorf("%s (%s): event leaks a BMC password: %s", name, why, msg)
 		}
 		if i == 2 && !strings.Contains(msg, "refused the credentials") {
@@ -173,32 +183,9 @@ func (l *lab) waitCondition(name string, ct v1.NodeConditionType, want v1.Condit
 // NotReady Node whose host stays off first gets the out-of-service taint, then is
 // deleted; a host that comes back on before deleteAfter keeps its Node.
 func TestPowerOffPolicies(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := redfish.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(dir, "bmc-ca.pem")
-	writeFile(t, caFile, string(ca.PEM()))
-	creds := filepath.Join(dir, "creds")
-	writeFile(t, creds, "username: admin\npassword: policy-secret\n")
-	if err := os.Chmod(creds, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var hosts string
-	var bmcs []*redfish.BMC
-	for i := range 2 {
-		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: "policy-secret"})
-		if err := b.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(b.Close)
-		bmcs = append(bmcs, b)
-		hosts += fmt.Sprintf("- name: pol-%d\n  addresses: [{type: InternalIP, address: 10.90.0.%d}]\n  bmc: {protocol: redfish, address: \"https://127.0.0.1\", port: %s, credentialsFile: %s, caFile: %s}\n",
-			i, i+1, b.Port(), creds, caFile)
-	}
+	bmcs, inv := redfishHosts(t, "pol", "10.90.0", 2, nil)
 	l := newLabNoCCM(t)
-	l.setInventory("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n" + hosts)
+	l.setInventory(inv)
 	writeFile(t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
 kind: CloudConfig
 inventory:
