@@ -34,6 +34,9 @@ var (
 	ErrUnknownState = errors.New("BMC reported an unknown power state")
 	// ErrNoBMC: the host has no BMC in the inventory.
 	ErrNoBMC = errors.New("host has no BMC")
+	// ErrBusy: every BMC call slot stayed taken; the BMC was not asked, and this does
+	// not count against it.
+	ErrBusy = errors.New("too many BMC calls in flight")
 )
 
 // Normalize maps what drivers return to a PowerState: ipmitool's "Chassis Power is on",

@@ -69,7 +69,8 @@ type Reading struct {
 // Service answers power-state questions through a Driver. It is safe for concurrent
 // use. Guarantees: at most one driver call per BMC at a time; at most MaxConcurrent
 // calls overall; concurrent asks for one BMC share one call; a successful answer is
-// reused for CacheTTL; every call ends within CallTimeout; a BMC in backoff is not
+// reused for CacheTTL; a BMC gets CallTimeout to answer, counted from when its call
+// holds a slot (waiting for a slot never counts against a BMC); a BMC in backoff is not
 // called and answers ErrBackoff at once.
 type Service struct {
 	drv   Driver
@@ -152,30 +153,38 @@ func (s *Service) PowerState(ctx context.Context, t Target) (Reading, error) {
 	}
 }
 
+// slotWait bounds how long a call waits for one of the MaxConcurrent slots.
+const slotWaitFactor = 6
+
 // do makes the one driver call for a BMC and publishes its result to every waiter.
-// It runs detached from any single caller's cancellation, bounded by CallTimeout.
+// It runs detached from any single caller's cancellation. It first waits for a call
+// slot (at most slotWaitFactor × CallTimeout; running out is ErrBusy and does not
+// count against the BMC), then gives the BMC CallTimeout to answer.
 func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-	defer cancel()
 	logger := klog.FromContext(ctx).WithValues("host", t.Host, "protocol", t.Protocol)
 
 	state, err := PowerUnknown, error(nil)
+	slotCtx, cancelSlot := context.WithTimeout(ctx, slotWaitFactor*s.cfg.CallTimeout)
 	select {
 	case s.sem <- struct{}{}:
+		cancelSlot()
+		callCtx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 		start := s.clock.Now()
 		var raw string
-		raw, err = s.drv.PowerState(ctx, t)
+		raw, err = s.drv.PowerState(callCtx, t)
 		<-s.sem
 		duration.WithLabelValues(t.Protocol, "power_state").Observe(s.clock.Since(start).Seconds())
 		if err == nil {
 			if state = Normalize(raw); state == PowerUnknown {
 				err = fmt.Errorf("%w: %q", ErrUnknownState, truncate(raw, 64))
 			}
-		} else if ctx.Err() != nil && !errors.Is(err, ErrUnreachable) {
+		} else if callCtx.Err() != nil && !errors.Is(err, ErrUnreachable) {
 			err = fmt.Errorf("%w: no answer within %s: %w", ErrUnreachable, s.cfg.CallTimeout, err)
 		}
-	case <-ctx.Done():
-		err = fmt.Errorf("%w: waited %s for a free BMC call slot (max %d in flight)", ErrUnreachable, s.cfg.CallTimeout, s.cfg.MaxConcurrent)
+		cancel()
+	case <-slotCtx.Done():
+		cancelSlot()
+		err = fmt.Errorf("%w: waited %s for one of %d call slots; raise bmc.maxConcurrent", ErrBusy, slotWaitFactor*s.cfg.CallTimeout, s.cfg.MaxConcurrent)
 	}
 	if err != nil {
 		err = fmt.Errorf("BMC of %s (%s %s): %w", t.Host, t.Protocol, t.Address, err)
@@ -192,6 +201,9 @@ func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
 		// The BMC answered: not a reachability failure, but nothing to cache either.
 		st.lastErr = err
 		requests.WithLabelValues(t.Protocol, "power_state", "unknown").Inc()
+	case errors.Is(err, ErrBusy):
+		// We never asked the BMC: nothing to hold against it.
+		requests.WithLabelValues(t.Protocol, "power_state", "busy").Inc()
 	default:
 		st.lastErr = err
 		st.failures++

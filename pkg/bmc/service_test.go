@@ -227,3 +227,33 @@ func TestCallerCancelDoesNotCancelSharedCall(t *testing.T) {
 		t.Fatalf("second caller: %+v, calls %d; want the first call's answer", r, drv.callCount("a"))
 	}
 }
+
+// TestSlotWaitDoesNotCountAgainstTheBMC: when every slot is taken by slow BMCs, a
+// healthy BMC waiting for a slot is not backed off, and its deadline starts only once
+// it holds a slot.
+func TestSlotWaitDoesNotCountAgainstTheBMC(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	drv := newFakeDriver()
+	cfg := testConfig()
+	cfg.MaxConcurrent, cfg.CallTimeout, cfg.FailureThreshold = 1, 200*time.Millisecond, 1
+	s := NewService(drv, cfg, nil)
+	drv.block["slow"] = make(chan struct{}) // holds the only slot until its deadline
+	drv.answers["healthy"] = "On"
+	go func() { _, _ = s.PowerState(ctx, target("slow")) }()
+	<-drv.started
+	// healthy waits for the slot (up to slotWaitFactor × CallTimeout), then answers.
+	r, err := s.PowerState(ctx, target("healthy"))
+	if err != nil || r.State != PowerOn {
+		t.Fatalf("healthy BMC behind a slow one: %+v, %v", r, err)
+	}
+	// A Service whose slot never frees: ErrBusy, and the BMC is not backed off.
+	s2 := NewService(drv, cfg, nil)
+	s2.sem <- struct{}{} // every slot taken
+	if _, err := s2.PowerState(ctx, target("healthy")); !errors.Is(err, ErrBusy) {
+		t.Fatalf("no free slot: %v, want ErrBusy", err)
+	}
+	<-s2.sem
+	if r, err := s2.PowerState(ctx, target("healthy")); err != nil || r.State != PowerOn {
+		t.Fatalf("after ErrBusy the BMC must not be backed off: %+v, %v", r, err)
+	}
+}
