@@ -296,13 +296,5 @@ func waitShutdownNodes(ctx context.Context, b *testing.B, client kubernetes.Inte
 }
 
 func deleteShutdownNodes(ctx context.Context, b *testing.B, client kubernetes.Interface) {
-	if err := client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: shutdownLabel}); err != nil {
-		b.Fatal(err)
-	}
-	if err := framework.WaitFor(ctx, 2*time.Minute, "shutdown bench Nodes deleted", func(ctx context.Context) (bool, error) {
-		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: shutdownLabel})
-		return err == nil && len(list.Items) == 0, err
-	}); err != nil {
-		b.Fatal(err)
-	}
+	deleteNodesByLabel(ctx, b, client, shutdownLabel)
 }

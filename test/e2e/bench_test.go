@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -105,35 +104,20 @@ func fastClient(b *testing.B, cp *framework.ControlPlane) kubernetes.Interface {
 // create until the last Node has lost the uninitialized taint.
 func initAll(ctx context.Context, b *testing.B, client kubernetes.Interface) time.Duration {
 	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, benchNodes)
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < benchNodes; i += 16 {
-				n := &v1.Node{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%04d", i), Labels: map[string]string{"bench": "init"}},
-					Spec: v1.NodeSpec{Taints: []v1.Taint{{
-						Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule,
-					}}},
-					Status: v1.NodeStatus{
-						Addresses:  []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: benchIP(i)}, {Type: v1.NodeHostName, Address: fmt.Sprintf("bench-%04d", i)}},
-						Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
-					},
-				}
-				if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
+	parallel(b, benchNodes, func(i int) error {
+		n := &v1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%04d", i), Labels: map[string]string{"bench": "init"}},
+			Spec: v1.NodeSpec{Taints: []v1.Taint{{
+				Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule,
+			}}},
+			Status: v1.NodeStatus{
+				Addresses:  []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: benchIP(i)}, {Type: v1.NodeHostName, Address: fmt.Sprintf("bench-%04d", i)}},
+				Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+			},
+		}
+		_, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		return err
+	})
 	var done time.Duration
 	err := framework.WaitFor(ctx, 10*time.Minute, "all bench Nodes initialized", func(ctx context.Context) (bool, error) {
 		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "bench=init", ResourceVersion: "0"})
@@ -158,11 +142,16 @@ func initAll(ctx context.Context, b *testing.B, client kubernetes.Interface) tim
 }
 
 func deleteBenchNodes(ctx context.Context, b *testing.B, client kubernetes.Interface) {
-	if err := client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "bench=init"}); err != nil {
+	deleteNodesByLabel(ctx, b, client, "bench=init")
+}
+
+// deleteNodesByLabel deletes the Nodes the selector matches and waits until they are gone.
+func deleteNodesByLabel(ctx context.Context, b *testing.B, client kubernetes.Interface, selector string) {
+	if err := client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: selector}); err != nil {
 		b.Fatal(err)
 	}
-	if err := framework.WaitFor(ctx, 2*time.Minute, "bench Nodes deleted", func(ctx context.Context) (bool, error) {
-		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "bench=init"})
+	if err := framework.WaitFor(ctx, 2*time.Minute, "Nodes "+selector+" deleted", func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
 		return err == nil && len(list.Items) == 0, err
 	}); err != nil {
 		b.Fatal(err)
