@@ -197,7 +197,7 @@ func TestOutOfServicePolicy(t *testing.T) {
 		t.Fatal("tainted before outOfServiceAfter")
 	}
 	f.clock.Step(61 * time.Second)
-	n = f.sync(t) // the annotation patch and the taint land in this pass
+	f.sync(t) // the annotation patch and the taint land in this pass
 	n = f.sync(t)
 	if !hasTaint(n, v1.TaintNodeOutOfService) || n.Annotations[AnnotationOutOfService] != "true" {
 		t.Fatalf("after outOfServiceAfter: taints %v annotations %v", n.Spec.Taints, n.Annotations)
