@@ -7,9 +7,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	genericapiserver "k8s.io/apiserver/pkg/server"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
 	"k8s.io/cloud-provider/app/config"
@@ -43,15 +44,12 @@ func main() {
 	provider.Register()
 	version.RegisterMetrics()
 
-	// SIGTERM or SIGINT closes stop: systemd is told STOPPING=1, the command returns,
-	// flushing queued events, and the process exits 0. A second signal exits at once.
-	stop := genericapiserver.SetupSignalHandler()
-	ctx := wait.ContextForChannel(stop)
+	// SIGTERM or SIGINT: systemd is told STOPPING=1 first (synchronously, so it is sent
+	// before the process can exit), then stop closes, the command returns, flushing
+	// queued events, and the process exits 0. A second signal exits at once.
 	notifier := sdnotify.New()
-	go func() {
-		<-stop
-		_ = notifier.Stopping()
-	}()
+	stop := stopOnSignal(notifier)
+	ctx := wait.ContextForChannel(stop)
 	initCloud := func(c *config.CompletedConfig) cloudprovider.Interface {
 		cloud := newCloud(c)
 		go notifyWhenServing(ctx, c, notifier)
@@ -101,4 +99,20 @@ func wantsVersion(args []string) bool {
 		}
 	}
 	return false
+}
+
+// stopOnSignal returns a channel closed on the first SIGTERM or SIGINT, after telling
+// systemd STOPPING=1; a second signal exits with status 1.
+func stopOnSignal(n *sdnotify.Notifier) <-chan struct{} {
+	stop := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-sigs
+		_ = n.Stopping()
+		close(stop)
+		<-sigs
+		os.Exit(1)
+	}()
+	return stop
 }
