@@ -108,18 +108,26 @@ func newLabConfig(t *testing.T, guard string, hosts ...host) *lab {
 	l.ack = filepath.Join(l.dir, "ack")
 	l.setInventory(inventoryDoc(hosts...))
 	l.config = filepath.Join(l.dir, "cloud-config.yaml")
-	writeFile(t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
-kind: CloudConfig
-inventory:
-  file: {path: %s, pollInterval: 1s}
-  deletionGuard: {acknowledgeFile: %s%s}
-`, l.inventory, l.ack, guard))
+	l.writeConfig(guard, "")
 	t.Cleanup(func() {
 		if err := framework.DeleteNodes(context.Background(), l.cp.Client, l.nodes...); err != nil {
 			t.Error(err)
 		}
 	})
 	return l
+}
+
+// writeConfig writes the lab's CloudConfig: the inventory file polled every second,
+// guard appended to the deletionGuard block (", maxRemovedHosts: 2"), and extra
+// top-level sections (for example "bmc: {cacheTTL: 1s}\n").
+func (l *lab) writeConfig(guard, extra string) {
+	l.t.Helper()
+	writeFile(l.t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
+kind: CloudConfig
+inventory:
+  file: {path: %s, pollInterval: 1s}
+  deletionGuard: {acknowledgeFile: %s%s}
+%s`, l.inventory, l.ack, guard, extra))
 }
 
 func (l *lab) startCCM(cfg string) {

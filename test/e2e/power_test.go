@@ -70,13 +70,7 @@ func TestShutdownTaint(t *testing.T) {
 
 	l := newLabNoCCM(t)
 	l.setInventory(inv)
-	writeFile(t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
-kind: CloudConfig
-inventory:
-  file: {path: %s, pollInterval: 1s}
-  deletionGuard: {acknowledgeFile: %s}
-bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}
-`, l.inventory, l.ack))
+	l.writeConfig("", "bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}\n")
 	l.startCCM(l.config)
 	var names []string
 	for i := range n {
@@ -186,14 +180,7 @@ func TestPowerOffPolicies(t *testing.T) {
 	bmcs, inv := redfishHosts(t, "pol", "10.90.0", 2, nil)
 	l := newLabNoCCM(t)
 	l.setInventory(inv)
-	writeFile(t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
-kind: CloudConfig
-inventory:
-  file: {path: %s, pollInterval: 1s}
-  deletionGuard: {acknowledgeFile: %s, maxRemovedPercent: 100}
-bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}
-instances: {outOfServiceAfter: 3s, deleteAfter: 10s}
-`, l.inventory, l.ack))
+	l.writeConfig(", maxRemovedPercent: 100", "bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}\ninstances: {outOfServiceAfter: 3s, deleteAfter: 10s}\n")
 	l.startCCM(l.config)
 	for i := range 2 {
 		name := fmt.Sprintf("pol-%d", i)
@@ -240,13 +227,7 @@ func TestShutdownTaintIPMI(t *testing.T) {
 	}
 	l := newLabNoCCM(t)
 	l.setInventory(fmt.Sprintf("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: ipmi-0\n  addresses: [{type: InternalIP, address: 10.85.0.1}]\n  bmc: {protocol: ipmi, address: %s, port: %d, credentialsFile: %s}\n", b.Host(), b.Port(), creds))
-	writeFile(t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
-kind: CloudConfig
-inventory:
-  file: {path: %s, pollInterval: 1s}
-  deletionGuard: {acknowledgeFile: %s}
-bmc: {callTimeout: 10s, cacheTTL: 1s, notReadyInterval: 1s}
-`, l.inventory, l.ack))
+	l.writeConfig("", "bmc: {callTimeout: 10s, cacheTTL: 1s, notReadyInterval: 1s}\n")
 	l.startCCM(l.config)
 	l.createNode(framework.NodeSpec{Name: "ipmi-0", InternalIPs: []string{"10.85.0.1"}, Ready: ready(v1.ConditionTrue)})
 	l.waitInitialized("ipmi-0")
