@@ -2,7 +2,8 @@
 # deps.sh [--packages-only]: installs what the tests and the demo need on a fresh Debian machine.
 #   - Debian packages: etcd-server and etcd-client (for the real kube-apiserver), curl,
 #     openssl, iproute2, systemd (systemd-analyze checks the unit), openipmi (ipmi_sim)
-#     and ipmitool (IPMI BMCs for the BMC tests; ipmitool is also a runtime dependency)
+#     and ipmitool (IPMI BMCs for the BMC tests; ipmitool is also a runtime dependency),
+#     bird2 (BIRD 2, the top-of-rack BGP router of the BGP, load-balancer and route tests)
 #   - kube-apiserver and kube-controller-manager, built from the Go module proxy into
 #     $BAREMETAL_CCM_CACHE (default ~/.cache/baremetal-ccm) by hack/build-kube.sh
 # Installing packages needs root; as another user it says what to install and fails.
@@ -17,6 +18,7 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v ipmi_sim >/dev/null 2>&1 || need+=(openipmi)
 command -v ipmitool >/dev/null 2>&1 || need+=(ipmitool)
+command -v bird >/dev/null 2>&1 || need+=(bird2)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]}; run as root: apt-get update && apt-get install -y --no-install-recommends ${need[*]}" >&2

@@ -102,6 +102,9 @@ func SetDefaults(c *CloudConfig) {
 	if b.FailureThreshold == 0 {
 		b.FailureThreshold = DefaultBMCFailures
 	}
+	setLoadBalancerDefaults(c.LoadBalancer)
+	setBGPDefaults(c.BGP)
+	setRoutesDefaults(c.Routes)
 	g := &c.Inventory.DeletionGuard
 	if g.MaxRemovedHosts == nil {
 		v := int32(DefaultMaxRemovedHosts)
@@ -132,6 +135,12 @@ func Validate(c *CloudConfig) field.ErrorList {
 	errs = append(errs, validateBMC(&c.BMC, field.NewPath("bmc"))...)
 	errs = append(errs, validatePositive(c.Instances.OutOfServiceAfter, field.NewPath("instances", "outOfServiceAfter"))...)
 	errs = append(errs, validatePositive(c.Instances.DeleteAfter, field.NewPath("instances", "deleteAfter"))...)
+	errs = append(errs, validateLoadBalancer(c.LoadBalancer, field.NewPath("loadBalancer"))...)
+	errs = append(errs, validateBGP(c.BGP, field.NewPath("bgp"))...)
+	errs = append(errs, validateRoutes(c.Routes, field.NewPath("routes"))...)
+	if c.LoadBalancer != nil && c.LoadBalancer.Announcer == AnnouncerBGP && c.BGP == nil {
+		errs = append(errs, field.Required(field.NewPath("bgp"), "loadBalancer.announcer is bgp (the default): configure the speaker (bgp.localASN, bgp.peers) or set loadBalancer.announcer to metallb or none"))
+	}
 	return errs
 }
 

@@ -30,6 +30,15 @@ type CloudConfig struct {
 	// Instances holds the opt-in power-off policies.
 	Instances InstancesConfig `json:"instances"`
 
+	// LoadBalancer enables LoadBalancer Services (IP pools and their announcement).
+	LoadBalancer *LoadBalancerConfig `json:"loadBalancer,omitempty"`
+
+	// BGP enables the embedded BGP speaker run by every replica and agent.
+	BGP *BGPConfig `json:"bgp,omitempty"`
+
+	// Routes enables pod-CIDR routes in the kernel (leader) and their mirror (agents).
+	Routes *RoutesConfig `json:"routes,omitempty"`
+
 	// EventsNamespace is where events about cluster-wide objects (the inventory) are
 	// recorded. Default: kube-system.
 	EventsNamespace string `json:"eventsNamespace,omitempty"`

@@ -6,6 +6,8 @@ package inventory
 
 import (
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 )
 
 // APIVersion and Kind identify an Inventory document.
@@ -35,6 +37,18 @@ type Document struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Hosts      []Host `json:"hosts"`
+	// Racks holds per-rack settings: the BGP peers (top-of-rack routers) of the
+	// hosts whose rack field names the rack.
+	Racks []Rack `json:"racks,omitempty"`
+}
+
+// Rack is one rack's settings.
+type Rack struct {
+	// Name matches hosts' rack field.
+	Name string `json:"name"`
+	// BGPPeers are the routers a speaker on a host of this rack peers with, in
+	// addition to the CloudConfig's bgp.peers.
+	BGPPeers []config.BGPPeer `json:"bgpPeers,omitempty"`
 }
 
 // Host is one server.
