@@ -18,9 +18,9 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
 
-// ErrCredentials: the credentials file cannot be used (missing, unreadable, too open,
-// malformed). Its content never appears in the error.
-var ErrCredentials = errors.New("BMC credentials file unusable")
+// ErrCredentials: the credentials cannot be used (a file or Secret missing,
+// unreadable, too open or malformed). Their content never appears in the error.
+var ErrCredentials = errors.New("BMC credentials unusable")
 
 // Credentials are a BMC's username and password.
 type Credentials struct {
@@ -56,13 +56,17 @@ func ReadCredentials(path string) (Credentials, error) {
 	return c, nil
 }
 
-// BMCLib is the Driver over github.com/bmc-toolbox/bmclib/v2: Redfish through its
-// gofish driver and IPMI through its ipmitool driver (the ipmitool binary must be on
+// BMCLib is the one-shot Driver over github.com/bmc-toolbox/bmclib/v2: Redfish through
+// its gofish driver and IPMI through its ipmitool driver (the ipmitool binary must be on
 // PATH). Every call opens one session, reads the power state and closes the session;
 // exactly one bmclib driver is used per protocol, TLS is verified unless the host opts
 // out, and the call returns at ctx's deadline even though bmclib itself does not honor
-// it per request (an abandoned call ends at the same deadline inside bmclib).
-type BMCLib struct{}
+// it per request (an abandoned call ends at the same deadline inside bmclib). It suits
+// one-off checks; the CCM runs Sessions, which keeps a Redfish session per BMC.
+type BMCLib struct {
+	// Credentials resolves credentials; nil reads the Target's credentials file.
+	Credentials CredentialSource
+}
 
 var _ Driver = BMCLib{}
 
@@ -78,13 +82,17 @@ func TargetFor(h *inventory.Host, defaultCA string) (Target, bool) {
 	if ca == "" && b.Protocol == inventory.ProtocolRedfish {
 		ca = defaultCA
 	}
-	return Target{Host: h.Name, Protocol: b.Protocol, Address: b.Address, Port: b.Port,
-		CredentialsFile: b.CredentialsFile, CAFile: ca, InsecureSkipVerify: b.InsecureSkipVerify}, true
+	t := Target{Host: h.Name, Protocol: b.Protocol, Address: b.Address, Port: b.Port,
+		CredentialsFile: b.CredentialsFile, CAFile: ca, InsecureSkipVerify: b.InsecureSkipVerify}
+	if s := b.CredentialsSecret; s != nil {
+		t.SecretNamespace, t.SecretName = s.Namespace, s.Name
+	}
+	return t, true
 }
 
 // PowerState implements Driver.
-func (BMCLib) PowerState(ctx context.Context, t Target) (string, error) {
-	creds, err := ReadCredentials(t.CredentialsFile)
+func (d BMCLib) PowerState(ctx context.Context, t Target) (string, error) {
+	creds, err := credentialsOf(ctx, d.Credentials, t)
 	if err != nil {
 		return "", err
 	}

@@ -1,6 +1,7 @@
 package bmc
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
@@ -53,5 +54,32 @@ hosts:
 	h, _ := v.Host("none")
 	if _, ok := TargetFor(h, "/global.pem"); ok {
 		t.Error("a host without a bmc block got a target")
+	}
+}
+
+// TestCredentialsSecretInInventory: a bmc block names exactly one of credentialsFile
+// and credentialsSecret; a valid Secret reference reaches the Target.
+func TestCredentialsSecretInInventory(t *testing.T) {
+	const head = "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: a\n  bmc: "
+	v, err := inventory.Parse([]byte(head + "{protocol: redfish, address: 10.1.0.1, credentialsSecret: {namespace: baremetal-ccm, name: rack-1}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := v.Host("a")
+	tgt, ok := TargetFor(h, "")
+	if !ok || tgt.SecretNamespace != "baremetal-ccm" || tgt.SecretName != "rack-1" || tgt.CredentialsFile != "" {
+		t.Errorf("TargetFor = %+v, %v", tgt, ok)
+	}
+	for bmcBlock, want := range map[string]string{
+		"{protocol: redfish, address: x, credentialsFile: /c, credentialsSecret: {namespace: ns, name: s}}": "hosts[0].bmc.credentialsSecret: Invalid value",
+		"{protocol: redfish, address: x}":                                              "hosts[0].bmc.credentialsFile: Required value",
+		"{protocol: redfish, address: x, credentialsSecret: {name: s}}":                "hosts[0].bmc.credentialsSecret.namespace: Required value",
+		"{protocol: redfish, address: x, credentialsSecret: {namespace: ns}}":          "hosts[0].bmc.credentialsSecret.name: Required value",
+		"{protocol: redfish, address: x, credentialsSecret: {namespace: N_, name: s}}": "hosts[0].bmc.credentialsSecret.namespace: Invalid value",
+	} {
+		_, err := inventory.Parse([]byte(head + bmcBlock + "\n"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", bmcBlock, err, want)
+		}
 	}
 }

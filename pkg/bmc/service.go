@@ -12,8 +12,8 @@ import (
 )
 
 // Target identifies one BMC. Credentials are not part of it: a Driver reads them from
-// the inventory's credentials file when it connects, so they never travel in errors or
-// logs.
+// the inventory's credentials file or Secret when it connects, so they never travel in
+// errors or logs.
 type Target struct {
 	// Host is the inventory host name; the cache, breaker and serialization key.
 	Host     string
@@ -21,15 +21,17 @@ type Target struct {
 	Address  string
 	Port     int32
 	// CredentialsFile, CAFile and InsecureSkipVerify come from the inventory.
-	CredentialsFile    string
-	CAFile             string
-	InsecureSkipVerify bool
+	CredentialsFile string
+	// SecretNamespace and SecretName name the credentials Secret (instead of a file).
+	SecretNamespace, SecretName string
+	CAFile                      string
+	InsecureSkipVerify          bool
 }
 
-// Driver performs one power-state query against a BMC. Implementations open whatever
-// session they need, honor ctx's deadline, and close the session before returning, so
-// a call never leaks a BMC session. Errors wrap ErrUnreachable or ErrAuth when they
-// can tell.
+// Driver performs one power-state query against a BMC. Implementations return by ctx's
+// deadline and never leak a BMC session: they close it before returning (BMCLib) or
+// keep at most one per BMC and log it out later (Sessions). Errors wrap
+// ErrUnreachable, ErrAuth or ErrCredentials when they can tell.
 type Driver interface {
 	PowerState(ctx context.Context, t Target) (raw string, err error)
 }
@@ -114,6 +116,23 @@ func NewService(drv Driver, cfg Config, clk clock.PassiveClock) *Service {
 // refusing BMC, a timeout, a backed-off BMC and an unknown answer are errors (wrapping
 // ErrUnreachable, ErrAuth, ErrBackoff, ErrUnknownState or ctx's error).
 func (s *Service) PowerState(ctx context.Context, t Target) (Reading, error) {
+	return s.powerState(ctx, t, s.cfg.CacheTTL, false)
+}
+
+// Recent returns the host's power state as read at most maxAge ago, without waiting
+// for a BMC when such a reading exists, except that a call already under way for the
+// host (a fresher answer, typically the power monitor's read on a readiness change)
+// is joined, unless the BMC failed its last call: that failure is answered at once.
+// Without a reading that young it asks the BMC like PowerState. The wait is bounded by
+// ctx only: callers that must not be held give it a short deadline; the call goes on
+// without them and its answer is kept. Errors are PowerState's (a backed-off BMC
+// answers ErrBackoff at once), so nothing but a successful reading of at most maxAge
+// is ever returned.
+func (s *Service) Recent(ctx context.Context, t Target, maxAge time.Duration) (Reading, error) {
+	return s.powerState(ctx, t, maxAge, true)
+}
+
+func (s *Service) powerState(ctx context.Context, t Target, maxAge time.Duration, joinFirst bool) (Reading, error) {
 	now := s.clock.Now()
 	s.mu.Lock()
 	st := s.bmcs[t.Host]
@@ -121,7 +140,15 @@ func (s *Service) PowerState(ctx context.Context, t Target) (Reading, error) {
 		st = &bmcState{}
 		s.bmcs[t.Host] = st
 	}
-	if st.lastErr == nil && !st.last.At.IsZero() && now.Sub(st.last.At) < s.cfg.CacheTTL {
+	if joinFirst && st.inflight != nil && st.lastErr != nil {
+		// The BMC failed its last call and is being asked again: answer that failure
+		// now rather than hold the caller on a BMC that may hang again.
+		lastErr := st.lastErr
+		s.mu.Unlock()
+		return Reading{}, fmt.Errorf("%w (asking it again)", lastErr)
+	}
+	fresh := st.lastErr == nil && !st.last.At.IsZero() && now.Sub(st.last.At) < maxAge
+	if fresh && !(joinFirst && st.inflight != nil) {
 		r := st.last
 		s.mu.Unlock()
 		r.Cached = true

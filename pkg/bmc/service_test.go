@@ -257,3 +257,65 @@ func TestSlotWaitDoesNotCountAgainstTheBMC(t *testing.T) {
 		t.Fatalf("after ErrBusy the BMC must not be backed off: %+v, %v", r, err)
 	}
 }
+
+// TestRecent: a fresh successful reading answers without a call; a call under way is
+// joined rather than answered from an older reading; a BMC that failed its last call
+// answers that failure at once while it is asked again; a stale reading is never used.
+func TestRecent(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	drv := newFakeDriver()
+	drv.answers["h"] = "On"
+	s := NewService(drv, testConfig(), clk)
+	if _, err := s.PowerState(ctx, target("h")); err != nil {
+		t.Fatal(err)
+	}
+	<-drv.started
+	clk.Step(10 * time.Second) // past the cache TTL
+	if r, err := s.Recent(ctx, target("h"), 20*time.Second); err != nil || r.State != PowerOn || !r.Cached {
+		t.Fatalf("Recent within maxAge = %+v, %v; want the cached reading", r, err)
+	}
+	if n := drv.callCount("h"); n != 1 {
+		t.Fatalf("calls = %d, want 1", n)
+	}
+
+	// A call under way (the host just lost power) is joined.
+	drv.mu.Lock()
+	drv.answers["h"], drv.block["h"] = "Off", make(chan struct{})
+	drv.mu.Unlock()
+	go func() { _, _ = s.Recent(ctx, target("h"), 0) }() // the monitor's uncached read
+	<-drv.started
+	got := make(chan Reading, 1)
+	go func() {
+		r, _ := s.Recent(ctx, target("h"), 20*time.Second)
+		got <- r
+	}()
+	drv.mu.Lock()
+	close(drv.block["h"])
+	delete(drv.block, "h")
+	drv.mu.Unlock()
+	if r := <-got; r.State != PowerOff {
+		t.Fatalf("Recent with a call under way = %+v; want that call's answer (off)", r)
+	}
+
+	// The BMC fails (hangs until its deadline); while it is asked again, Recent
+	// answers the failure without waiting.
+	drv.mu.Lock()
+	drv.errs["h"] = fmt.Errorf("%w: no answer", ErrUnreachable)
+	drv.mu.Unlock()
+	clk.Step(time.Minute)
+	if _, err := s.PowerState(ctx, target("h")); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("err = %v, want ErrUnreachable", err)
+	}
+	<-drv.started
+	release := make(chan struct{})
+	drv.mu.Lock()
+	drv.block["h"] = release
+	drv.mu.Unlock()
+	go func() { _, _ = s.Recent(ctx, target("h"), 0) }()
+	<-drv.started
+	if _, err := s.Recent(ctx, target("h"), time.Hour); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Recent while a failed BMC is asked again = %v, want its last error at once", err)
+	}
+	close(release)
+}

@@ -55,6 +55,9 @@ type EventRecorder interface {
 // Power reads a host's power state from its BMC (bmc.Service).
 type Power interface {
 	PowerState(ctx context.Context, t bmc.Target) (bmc.Reading, error)
+	// Recent answers from a successful reading of at most maxAge when there is one
+	// and no call for the host is under way, else like PowerState.
+	Recent(ctx context.Context, t bmc.Target, maxAge time.Duration) (bmc.Reading, error)
 }
 
 // Policy holds the opt-in power-off policies.
@@ -66,7 +69,21 @@ type Policy struct {
 	Clock clock.PassiveClock
 	// DefaultCA verifies Redfish BMCs without a caFile of their own.
 	DefaultCA string
+	// ShutdownMaxAge is the oldest reading InstanceShutdown answers from (the power
+	// monitor re-reads NotReady Nodes' hosts every bmc.notReadyInterval and at once
+	// when readiness changes). Zero: DefaultShutdownMaxAge.
+	ShutdownMaxAge time.Duration
+	// ShutdownWait bounds how long InstanceShutdown waits for a BMC when it has no
+	// such reading, so a slow or hung BMC does not hold a node-lifecycle worker: the
+	// call goes on and the next pass finds its answer. Zero: DefaultShutdownWait.
+	ShutdownWait time.Duration
 }
+
+// Defaults of Policy.
+const (
+	DefaultShutdownMaxAge = 20 * time.Second
+	DefaultShutdownWait   = 2 * time.Second
+)
 
 // Instances implements cloudprovider.InstancesV2.
 type Instances struct {
@@ -83,6 +100,12 @@ var _ cloudprovider.InstancesV2 = (*Instances)(nil)
 func New(inv Inventory, power Power, events EventRecorder, policy Policy) *Instances {
 	if policy.Clock == nil {
 		policy.Clock = clock.RealClock{}
+	}
+	if policy.ShutdownMaxAge <= 0 {
+		policy.ShutdownMaxAge = DefaultShutdownMaxAge
+	}
+	if policy.ShutdownWait <= 0 {
+		policy.ShutdownWait = DefaultShutdownWait
 	}
 	return &Instances{inv: inv, power: power, events: events, policy: policy}
 }
@@ -147,11 +170,16 @@ func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *invento
 	return true, fmt.Sprintf("host %q has been powered off since %s, longer than instances.deleteAfter (%s)", host.Name, since.Format(time.RFC3339), i.policy.DeleteAfter)
 }
 
-// InstanceShutdown reports whether the Node's host is powered off, as its BMC says
-// (through the power service's cache, so the node-lifecycle controller's 5 s passes do
-// not cost a BMC call each). Off is true; on or powering on/off is false; an
-// unreachable, refusing, backed-off or unknown-answering BMC is an error, never a
-// guess. A host without a BMC in the inventory is false: there is no evidence it is off.
+// InstanceShutdown reports whether the Node's host is powered off, as its BMC says.
+// It answers from a successful reading of at most ShutdownMaxAge and taken after the
+// Node's Ready condition last changed (the power monitor reads a Node's host when its
+// readiness changes, and keeps NotReady Nodes' readings that fresh), or joins a read
+// under way, so the
+// node-lifecycle controller's workers do not wait on BMCs; without such a reading it
+// asks the BMC but waits at most ShutdownWait. Off is true; on or powering on/off is
+// false; an unreachable, refusing, backed-off, unknown-answering or not yet answering
+// BMC is an error, never a guess. A host without a BMC in the inventory is false:
+// there is no evidence it is off.
 func (i *Instances) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, error) {
 	view, err := i.inv.View()
 	if err != nil {
@@ -165,8 +193,22 @@ func (i *Instances) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, 
 	if !ok || i.power == nil {
 		return false, nil
 	}
-	r, err := i.power.PowerState(ctx, target)
+	// A reading from before the Node's readiness last changed may predate the power
+	// loss: it must be younger than that change, too.
+	maxAge := i.policy.ShutdownMaxAge
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady && !c.LastTransitionTime.IsZero() {
+			maxAge = min(maxAge, i.policy.Clock.Since(c.LastTransitionTime.Time))
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, i.policy.ShutdownWait)
+	r, err := i.power.Recent(wctx, target, maxAge)
+	waited := ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded)
+	cancel()
 	if err != nil {
+		if waited {
+			err = fmt.Errorf("no reading yet after %s, the read goes on for the next pass: %w", i.policy.ShutdownWait, err)
+		}
 		return false, fmt.Errorf("node %s: power state of host %q: %w", node.Name, host.Name, err)
 	}
 	klog.FromContext(ctx).V(4).Info("Power state", "node", node.Name, "host", host.Name, "state", r.State, "cached", r.Cached)

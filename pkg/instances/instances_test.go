@@ -222,6 +222,122 @@ func (f *fakePower) PowerState(_ context.Context, t bmc.Target) (bmc.Reading, er
 	return bmc.Reading{State: f.state}, f.err
 }
 
+func (f *fakePower) Recent(ctx context.Context, t bmc.Target, _ time.Duration) (bmc.Reading, error) {
+	return f.PowerState(ctx, t)
+}
+
+// scriptedDriver answers from state; a host in hang never answers until release.
+type scriptedDriver struct {
+	mu      sync.Mutex
+	state   string
+	calls   int
+	hang    map[string]bool
+	release chan struct{}
+}
+
+func (d *scriptedDriver) PowerState(ctx context.Context, t bmc.Target) (string, error) {
+	d.mu.Lock()
+	d.calls++
+	state, hang := d.state, d.hang[t.Host]
+	d.mu.Unlock()
+	if hang {
+		select {
+		case <-d.release:
+		case <-ctx.Done():
+			return "", fmt.Errorf("%w: %w", bmc.ErrUnreachable, ctx.Err())
+		}
+	}
+	return state, nil
+}
+
+func (d *scriptedDriver) set(state string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.state = state
+}
+
+func (d *scriptedDriver) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls
+}
+
+// TestInstanceShutdownFromRecentReading, through the real power service: a fresh
+// "off" reading (the power monitor's) answers without a BMC call; a reading older
+// than ShutdownMaxAge is not trusted and the BMC is asked again; a BMC that does not
+// answer gives an error after ShutdownWait, not after the call timeout, and is never
+// reported off.
+func TestInstanceShutdownFromRecentReading(t *testing.T) {
+	_, inv, rec, ctx := setup(t)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	drv := &scriptedDriver{state: "Off", hang: map[string]bool{}, release: make(chan struct{})}
+	svc := bmc.NewService(drv, bmc.Config{CallTimeout: time.Hour, CacheTTL: time.Second, MaxConcurrent: 4, FailureThreshold: 3, BackoffBase: time.Minute, BackoffMax: time.Minute}, clk)
+	inst := New(inv, svc, rec, Policy{Clock: clk, ShutdownMaxAge: 20 * time.Second, ShutdownWait: 50 * time.Millisecond})
+	node := mkNode("x", "baremetal://power-1")
+	view, err := inv.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok := view.Host("power-1")
+	if !ok {
+		t.Fatal("no host power-1")
+	}
+	target, _ := bmc.TargetFor(h, "")
+
+	// The monitor's read.
+	if r, err := svc.PowerState(ctx, target); err != nil || r.State != bmc.PowerOff {
+		t.Fatalf("PowerState = %+v, %v", r, err)
+	}
+	clk.Step(15 * time.Second) // past the cache TTL, within ShutdownMaxAge
+	off, err := inst.InstanceShutdown(ctx, node)
+	if err != nil || !off {
+		t.Fatalf("InstanceShutdown with a 15s-old off reading = %v, %v; want true", off, err)
+	}
+	if n := drv.count(); n != 1 {
+		t.Fatalf("BMC calls = %d, want 1 (the answer came from the recent reading)", n)
+	}
+
+	clk.Step(10 * time.Second) // 25 s: too old to trust
+	drv.set("On")
+	off, err = inst.InstanceShutdown(ctx, node)
+	if err != nil || off {
+		t.Fatalf("InstanceShutdown after the host came back on = %v, %v; want false", off, err)
+	}
+	if n := drv.count(); n != 2 {
+		t.Fatalf("BMC calls = %d, want 2 (a stale reading is read again)", n)
+	}
+
+	// A reading from before the Node went NotReady is not trusted either.
+	clk.Step(5 * time.Second)
+	drv.set("Off")
+	notReady := node.DeepCopy()
+	notReady.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(clk.Now())}}
+	clk.Step(2 * time.Second)
+	off, err = inst.InstanceShutdown(ctx, notReady)
+	if err != nil || !off || drv.count() != 3 {
+		t.Fatalf("InstanceShutdown with a reading older than NotReady = %v, %v, %d BMC calls; want true from a new read (3 calls)", off, err, drv.count())
+	}
+
+	// The BMC hangs: an error once ShutdownWait passes, never true.
+	clk.Step(time.Minute)
+	drv.set("Off")
+	drv.mu.Lock()
+	drv.hang[target.Host] = true
+	drv.mu.Unlock()
+	off, err = inst.InstanceShutdown(ctx, node)
+	if err == nil || off || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("InstanceShutdown with a hung BMC = %v, %v; want an error wrapping the wait's deadline", off, err)
+	}
+	// The read went on; once it answers, the next pass uses its answer.
+	close(drv.release)
+	if _, err := svc.PowerState(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	if off, err := inst.InstanceShutdown(ctx, node); err != nil || !off {
+		t.Fatalf("InstanceShutdown after the BMC answered = %v, %v; want true", off, err)
+	}
+}
+
 // TestInstanceShutdown: true only when the BMC says off; an unreachable BMC is an
 // error, never a guess; a host without a BMC is not shut down.
 func TestInstanceShutdown(t *testing.T) {

@@ -160,6 +160,7 @@ func Validate(doc *Document) field.ErrorList {
 			errs = append(errs, validateBMC(h.BMC, hp.Child("bmc"))...)
 		}
 	}
+	errs = append(errs, validateRacks(doc.Racks, field.NewPath("racks"))...)
 	return errs
 }
 
@@ -182,10 +183,27 @@ func validateBMC(b *BMC, p *field.Path) field.ErrorList {
 	if b.Port < 0 || b.Port > 65535 {
 		errs = append(errs, field.Invalid(p.Child("port"), b.Port, "must be between 1 and 65535"))
 	}
-	if b.CredentialsFile == "" {
-		errs = append(errs, field.Required(p.Child("credentialsFile"), "path of a file holding the BMC username and password (credentials are never inline)"))
-	} else if !strings.HasPrefix(b.CredentialsFile, "/") {
+	switch {
+	case b.CredentialsFile == "" && b.CredentialsSecret == nil:
+		errs = append(errs, field.Required(p.Child("credentialsFile"), "path of a file holding the BMC username and password, or credentialsSecret (credentials are never inline)"))
+	case b.CredentialsFile != "" && b.CredentialsSecret != nil:
+		errs = append(errs, field.Invalid(p.Child("credentialsSecret"), "(redacted)", "set exactly one of credentialsFile and credentialsSecret"))
+	case b.CredentialsFile != "" && !strings.HasPrefix(b.CredentialsFile, "/"):
 		errs = append(errs, field.Invalid(p.Child("credentialsFile"), b.CredentialsFile, "must be an absolute path"))
+	case b.CredentialsSecret != nil:
+		sp := p.Child("credentialsSecret")
+		for _, f := range []struct {
+			name, value string
+			check       func(string) []string
+		}{{"namespace", b.CredentialsSecret.Namespace, validation.IsDNS1123Label}, {"name", b.CredentialsSecret.Name, validation.IsDNS1123Subdomain}} {
+			if f.value == "" {
+				errs = append(errs, field.Required(sp.Child(f.name), "the Secret (keys username and password) holding the BMC credentials"))
+				continue
+			}
+			for _, msg := range f.check(f.value) {
+				errs = append(errs, field.Invalid(sp.Child(f.name), f.value, msg))
+			}
+		}
 	}
 	if b.CAFile != "" && !strings.HasPrefix(b.CAFile, "/") {
 		errs = append(errs, field.Invalid(p.Child("caFile"), b.CAFile, "must be an absolute path"))

@@ -94,7 +94,7 @@ const (
 )
 
 // BMC describes a host's baseboard management controller. Credentials are never
-// inline: they are read from CredentialsFile.
+// inline: they are read from CredentialsFile or CredentialsSecret (exactly one).
 type BMC struct {
 	// Protocol is redfish or ipmi.
 	Protocol string `json:"protocol"`
@@ -104,10 +104,19 @@ type BMC struct {
 	Port int32 `json:"port,omitempty"`
 	// CredentialsFile holds the username and password.
 	CredentialsFile string `json:"credentialsFile,omitempty"`
+	// CredentialsSecret names a Kubernetes Secret with keys username and password,
+	// read through the CCM's own client (RBAC must let it get that Secret).
+	CredentialsSecret *SecretRef `json:"credentialsSecret,omitempty"`
 	// CAFile is a PEM bundle to verify the BMC's TLS certificate (Redfish).
 	CAFile string `json:"caFile,omitempty"`
 	// InsecureSkipVerify disables TLS verification for this BMC. Explicit opt-in only.
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
+// SecretRef names a Secret.
+type SecretRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
 }
 
 // ProviderID returns the providerID of the host: baremetal://<name>.

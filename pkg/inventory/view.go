@@ -31,6 +31,7 @@ type View struct {
 	byID   map[string]*Host     // host names only
 	byUUID map[string]*Host     // lower-case system UUIDs
 	byIP   map[netip.Addr]*Host // InternalIP addresses
+	racks  map[string]*Rack
 }
 
 func newView(doc *Document, digest string) *View {
@@ -42,6 +43,10 @@ func newView(doc *Document, digest string) *View {
 		byID:   make(map[string]*Host, n),
 		byUUID: make(map[string]*Host, n),
 		byIP:   make(map[netip.Addr]*Host, n),
+		racks:  make(map[string]*Rack, len(doc.Racks)),
+	}
+	for i := range doc.Racks {
+		v.racks[doc.Racks[i].Name] = &doc.Racks[i]
 	}
 	for i := range v.hosts {
 		h := &v.hosts[i]

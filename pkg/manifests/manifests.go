@@ -24,7 +24,20 @@ const (
 	ClusterRole    = "system:baremetal-cloud-controller-manager"
 	UserName       = "system:baremetal-cloud-controller-manager"
 	ServiceAccount = "baremetal-cloud-controller-manager"
+	// CredentialsNamespace holds the Secrets with BMC credentials that inventory
+	// entries name (bmc.credentialsSecret); the packaged RBAC lets the CCM get
+	// Secrets there and nowhere else.
+	CredentialsNamespace = "baremetal-ccm"
+	// CredentialsRole is the Role that grants it.
+	CredentialsRole = ClusterRole + ":bmc-credentials"
 )
+
+// LifecycleArgs are the flags every packaged CCM runs with, so the node-lifecycle
+// controller can taint many powered-off Nodes within one pass: its workers answer
+// InstanceShutdown from the power monitor's recent readings, so the limit is the API
+// requests (a GET and a PATCH per taint), which the upstream defaults (one worker,
+// 20 requests/s) would spread over about 20 s for 200 Nodes.
+var LifecycleArgs = []string{"--concurrent-node-lifecycle-syncs=16", "--kube-api-qps=100", "--kube-api-burst=200"}
 
 // StaticPodOptions parameterize the static pod.
 type StaticPodOptions struct {
@@ -75,6 +88,7 @@ func StaticPod(o StaticPodOptions) (*v1.Pod, error) {
 		"--configure-cloud-routes=false",
 		"--controllers=cloud-node-controller,cloud-node-lifecycle-controller",
 	}
+	args = append(args, LifecycleArgs...)
 	args = append(args, o.ExtraArgs...)
 	hostPathFile, hostPathDir := v1.HostPathFile, v1.HostPathDirectory
 	probe := func(period, failures int32) *v1.Probe {
@@ -148,7 +162,14 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 	}
 }
 
-// RBAC returns the ServiceAccount, the ClusterRole and its bindings. The bindings name
+// CredentialsRules let the CCM read the BMC credentials Secrets by name (it never
+// lists or watches Secrets), in CredentialsNamespace only.
+func CredentialsRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}
+}
+
+// RBAC returns the ServiceAccount, the ClusterRole and its bindings, and the
+// CredentialsNamespace with a Role that lets the CCM get Secrets there. The bindings name
 // both the ServiceAccount kube-system/baremetal-cloud-controller-manager (token-based
 // kubeconfigs) and the user system:baremetal-cloud-controller-manager (a client
 // certificate with that CN, as for a static pod's host kubeconfig). The secure port's
@@ -183,6 +204,18 @@ func RBAC() []any {
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
 			ObjectMeta: meta(ClusterRole+":extension-apiserver-authentication-reader", Namespace),
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
+			Subjects:   subjects,
+		},
+		&v1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: meta(CredentialsNamespace, "")},
+		&rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+			ObjectMeta: meta(CredentialsRole, CredentialsNamespace),
+			Rules:      CredentialsRules(),
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: meta(CredentialsRole, CredentialsNamespace),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: CredentialsRole},
 			Subjects:   subjects,
 		},
 	}

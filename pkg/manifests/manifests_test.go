@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in packaging/kubernetes")
@@ -111,5 +112,49 @@ func TestDockerfileMatchesStaticPod(t *testing.T) {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("packaging/Dockerfile lacks %q", want)
 		}
+	}
+}
+
+// TestPackagesRunLifecycleArgs: the systemd environment file and the static pod pass
+// the same lifecycle flags.
+func TestPackagesRunLifecycleArgs(t *testing.T) {
+	data, err := os.ReadFile("../../packaging/default/baremetal-ccm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := StaticPod(DefaultStaticPodOptions())
+	for _, arg := range LifecycleArgs {
+		if !strings.Contains(string(data), " "+arg) {
+			t.Errorf("packaging/default/baremetal-ccm lacks %s", arg)
+		}
+		if !slices.Contains(pod.Spec.Containers[0].Command, arg) {
+			t.Errorf("the static pod lacks %s", arg)
+		}
+	}
+}
+
+// TestCredentialsRBAC: the CCM may get Secrets in CredentialsNamespace, and nothing
+// else about Secrets anywhere.
+func TestCredentialsRBAC(t *testing.T) {
+	var roles int
+	for _, o := range RBAC() {
+		switch o := o.(type) {
+		case *rbacv1.ClusterRole:
+			for _, r := range o.Rules {
+				if slices.Contains(r.Resources, "secrets") {
+					t.Errorf("the ClusterRole grants %v on secrets", r.Verbs)
+				}
+			}
+		case *rbacv1.Role:
+			if o.Namespace == CredentialsNamespace {
+				roles++
+				if len(o.Rules) != 1 || !slices.Equal(o.Rules[0].Verbs, []string{"get"}) || !slices.Equal(o.Rules[0].Resources, []string{"secrets"}) {
+					t.Errorf("credentials Role rules = %+v, want get on secrets only", o.Rules)
+				}
+			}
+		}
+	}
+	if roles != 1 {
+		t.Errorf("%d credentials Roles, want 1", roles)
 	}
 }

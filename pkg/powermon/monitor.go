@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -52,6 +53,7 @@ const (
 // Power is what the monitor needs of bmc.Service.
 type Power interface {
 	PowerState(ctx context.Context, t bmc.Target) (bmc.Reading, error)
+	Recent(ctx context.Context, t bmc.Target, maxAge time.Duration) (bmc.Reading, error)
 }
 
 // Inventory is what the monitor needs of the inventory store.
@@ -86,6 +88,9 @@ type Monitor struct {
 	clock  clock.PassiveClock
 
 	last map[string]lastRead // by node name; only the Sync caller touches it
+
+	mu      sync.Mutex
+	reading map[string]bool // Nodes with a read (and update) under way
 }
 
 type lastRead struct {
@@ -102,31 +107,41 @@ func New(cfg Config, inv Inventory, power Power, nodes corelisters.NodeLister, c
 	if record == nil {
 		record = func(*v1.Node, string, string, string, ...any) {}
 	}
-	return &Monitor{cfg: cfg, inv: inv, power: power, nodes: nodes, client: client, record: record, clock: clk, last: map[string]lastRead{}}
+	return &Monitor{cfg: cfg, inv: inv, power: power, nodes: nodes, client: client, record: record, clock: clk,
+		last: map[string]lastRead{}, reading: map[string]bool{}}
 }
 
-// Run checks the Nodes every Tick until ctx is done.
+// Run looks for due Nodes every Tick until ctx is done. It does not wait for the reads
+// it starts, so a hung BMC never delays noticing another Node's readiness change; a
+// Node whose read is still under way is not read again until it ends.
 func (m *Monitor) Run(ctx context.Context) {
-	wait.UntilWithContext(ctx, m.Sync, m.cfg.Tick)
+	wait.UntilWithContext(ctx, func(ctx context.Context) { m.sync(ctx) }, m.cfg.Tick)
 }
 
 // Sync reads the power of every Node that is due (never read, its interval passed, or
-// its readiness changed) and updates it. Reads for different
+// its readiness changed) and updates it, and waits for those reads. Reads for different
 // hosts run concurrently (the bmc service bounds them), so one hung BMC does not
 // delay the others.
 func (m *Monitor) Sync(ctx context.Context) {
+	m.sync(ctx).Wait()
+}
+
+// sync starts the reads of the due Nodes; the WaitGroup ends with them.
+func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
+	var wg sync.WaitGroup
 	view, err := m.inv.View()
 	if err != nil {
-		return
+		return &wg
 	}
 	nodes, err := m.nodes.List(labels.Everything())
 	if err != nil {
-		return
+		return &wg
 	}
 	now := m.clock.Now()
 	type due struct {
 		node   *v1.Node
 		target bmc.Target
+		fresh  bool // readiness changed: a cached answer may predate it
 	}
 	var work []due
 	seen := map[string]bool{}
@@ -151,30 +166,47 @@ func (m *Monitor) Sync(ctx context.Context) {
 		}
 		// Due when never read, when its interval passed, or when its readiness changed
 		// (a host back on must not show "off" for a whole ready interval).
-		if last, ok := m.last[n.Name]; ok && last.ready == ready && now.Sub(last.at) < interval {
+		last, ok := m.last[n.Name]
+		if ok && last.ready == ready && now.Sub(last.at) < interval {
 			continue
 		}
+		m.mu.Lock()
+		busy := m.reading[n.Name]
+		if !busy {
+			m.reading[n.Name] = true
+		}
+		m.mu.Unlock()
+		if busy {
+			continue // still due when that read ends
+		}
 		m.last[n.Name] = lastRead{at: now, ready: ready}
-		work = append(work, due{n, t})
+		work = append(work, due{n, t, ok && last.ready != ready})
 	}
 	for name := range m.last {
 		if !seen[name] {
 			delete(m.last, name)
 		}
 	}
-	done := make(chan struct{}, len(work))
 	for _, w := range work {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			r, err := m.power.PowerState(ctx, w.target)
+		wg.Go(func() {
+			defer func() {
+				m.mu.Lock()
+				delete(m.reading, w.node.Name)
+				m.mu.Unlock()
+			}()
+			var r bmc.Reading
+			var err error
+			if w.fresh {
+				r, err = m.power.Recent(ctx, w.target, 0) // never the cache
+			} else {
+				r, err = m.power.PowerState(ctx, w.target)
+			}
 			if uerr := m.update(ctx, w.node, r, err); uerr != nil {
 				klog.FromContext(ctx).Error(uerr, "Cannot update the Node's BMC conditions", "node", w.node.Name)
 			}
-		}()
+		})
 	}
-	for range work {
-		<-done
-	}
+	return &wg
 }
 
 // update patches the Node's conditions and annotation when they change, and records

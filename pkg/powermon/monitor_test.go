@@ -28,6 +28,18 @@ type fakePower struct {
 	state bmc.PowerState
 	err   error
 	asked map[string]int
+	fresh map[string]int // asks that refused any cached answer
+	block chan struct{}  // non-nil: every ask waits for it to close
+	began chan string    // non-nil: every ask sends its host first
+}
+
+func (f *fakePower) Recent(ctx context.Context, t bmc.Target, maxAge time.Duration) (bmc.Reading, error) {
+	if maxAge <= 0 {
+		f.mu.Lock()
+		f.fresh[t.Host]++
+		f.mu.Unlock()
+	}
+	return f.PowerState(ctx, t)
 }
 
 func (f *fakePower) set(s bmc.PowerState, err error) {
@@ -38,9 +50,46 @@ func (f *fakePower) set(s bmc.PowerState, err error) {
 
 func (f *fakePower) PowerState(_ context.Context, t bmc.Target) (bmc.Reading, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.asked[t.Host]++
+	block, began := f.block, f.began
+	f.mu.Unlock()
+	if began != nil {
+		began <- t.Host
+	}
+	if block != nil {
+		<-block
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return bmc.Reading{State: f.state}, f.err
+}
+
+func (f *fakePower) askedOf(host string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.asked[host]
+}
+
+// TestMonitorDoesNotWaitForAHungRead: the loop's pass returns while a read hangs; the
+// Node is not read a second time while its read is under way, and is read again once
+// it has ended and the Node is due.
+func TestMonitorDoesNotWaitForAHungRead(t *testing.T) {
+	f := newFixture(t, false)
+	release := make(chan struct{})
+	f.power.block, f.power.began = release, make(chan string, 10)
+	wg := f.m.sync(f.ctx) // returns at once although the read hangs
+	<-f.power.began
+	f.clock.Step(time.Minute)
+	f.m.sync(f.ctx)
+	if n := f.power.askedOf("h1"); n != 1 {
+		t.Fatalf("reads while the first one hangs = %d, want 1", n)
+	}
+	close(release)
+	wg.Wait()
+	f.m.Sync(f.ctx)
+	if n := f.power.askedOf("h1"); n != 2 {
+		t.Fatalf("reads after the hung one ended = %d, want 2 (the Node stayed due)", n)
+	}
 }
 
 type fixture struct {
@@ -74,7 +123,7 @@ hosts:
 		{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Spec: v1.NodeSpec{ProviderID: "baremetal://nobmc"}},
 	}
 	f := &fixture{client: fake.NewClientset(nodes[0], nodes[1]), idx: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil),
-		power: &fakePower{state: bmc.PowerOn, asked: map[string]int{}}, clock: clocktesting.NewFakeClock(time.Now())}
+		power: &fakePower{state: bmc.PowerOn, asked: map[string]int{}, fresh: map[string]int{}}, clock: clocktesting.NewFakeClock(time.Now())}
 	_, f.ctx = ktesting.NewTestContext(t)
 	for _, n := range nodes {
 		_ = f.idx.Add(n)
@@ -185,6 +234,11 @@ func TestMonitorIntervals(t *testing.T) {
 	f.m.Sync(f.ctx)
 	if f.power.asked["h1"] != 3 {
 		t.Fatalf("reads = %d after the Node went NotReady, want 3", f.power.asked["h1"])
+	}
+	// ... and that read bypasses the cache (an answer from before the change could
+	// show a host back on as off for a whole ready interval); periodic reads do not.
+	if f.power.fresh["h1"] != 1 {
+		t.Fatalf("uncached reads = %d, want 1 (only the readiness change)", f.power.fresh["h1"])
 	}
 }
 

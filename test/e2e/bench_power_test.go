@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/manifests"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/redfish"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
 )
@@ -32,10 +33,11 @@ const (
 // BenchmarkShutdown200: 200 hosts with Redfish BMCs (emulators answering after 200 ms,
 // one CA), 5 of which hang once their Nodes are initialized. All hosts lose power and
 // all Nodes go Ready=Unknown at once; the benchmark measures the time until every Node
-// whose BMC answers carries the shutdown taint, tuned (--concurrent-node-lifecycle-syncs=16
-// and a higher API QPS) and with default CCM flags (the upstream lifecycle controller
-// walks the Nodes sequentially by default, so a hung BMC can stall its pass). Then, all Nodes
-// Ready and powered on, it counts the BMC power reads per Node per minute over 60 s.
+// whose BMC answers carries the shutdown taint, with the packaged flags
+// (manifests.LifecycleArgs: 16 lifecycle workers, a higher API QPS) and with the
+// upstream defaults (one worker, 20 requests/s). Then, all Nodes Ready and powered on,
+// it counts the BMC power reads per Node per minute over 60 s, and after each run the
+// Redfish sessions left open once the CCM stopped.
 func BenchmarkShutdown200(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
@@ -90,7 +92,7 @@ bmc: {callTimeout: 10s}
 		name string
 		args []string
 	}{
-		{"tuned", []string{"--concurrent-node-lifecycle-syncs=16", "--kube-api-qps=100", "--kube-api-burst=200"}},
+		{"packaged", manifests.LifecycleArgs},
 		{"default-flags", nil},
 	}
 	for range b.N {
@@ -131,6 +133,7 @@ bmc: {callTimeout: 10s}
 				})
 			d := time.Since(start) // from before the power and Ready changes
 			b.ReportMetric(d.Seconds(), run.name+"-all-tainted-s")
+			b.ReportMetric(firstHalf.Seconds(), run.name+"-half-tainted-s")
 			b.Logf("%s: %d Nodes (%d BMCs hung): half shutdown-tainted after %v, all %d answering ones after %v (power off + Ready=Unknown took %v)",
 				run.name, shutdownNodes, shutdownHung, firstHalf.Round(time.Millisecond), shutdownNodes-shutdownHung, d.Round(time.Millisecond), marked.Round(time.Millisecond))
 			// The hung BMCs' Nodes must neither be tainted nor deleted.
@@ -148,7 +151,17 @@ bmc: {callTimeout: 10s}
 				steadyState(ctx, b, client, bmcs)
 			}
 
+			for _, bm := range bmcs {
+				bm.SetHang(false) // answering again: the sessions kept on them can be logged out
+			}
 			ccm.Stop()
+			var open, logins int
+			for _, bm := range bmcs {
+				open += bm.ActiveSessions()
+				logins += bm.SessionsCreated()
+			}
+			b.ReportMetric(float64(open), run.name+"-sessions-left-open")
+			b.Logf("%s: %d Redfish sessions left open after the CCM stopped (%d logins so far over %d BMCs)", run.name, open, logins, len(bmcs))
 			deleteShutdownNodes(ctx, b, client)
 		}
 	}

@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/manifests"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/ipmi"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/redfish"
@@ -135,8 +138,120 @@ func TestShutdownTaint(t *testing.T) {
 	}); err != nil {
 		t.Error(err)
 	}
-	if bmcs[0].ActiveSessions() != 0 {
-		t.Errorf("%d Redfish sessions left open", bmcs[0].ActiveSessions())
+	// One kept session per answering BMC, at most: reads reuse it, and the hung BMC's
+	// abandoned calls did not add logins.
+	for i, bm := range bmcs[:3] {
+		if n := bm.ActiveSessions(); n > 1 {
+			t.Errorf("pw-%d: %d Redfish sessions open, want at most 1", i, n)
+		}
+	}
+	if n := hung.SessionsCreated(); n > 1 {
+		t.Errorf("the hung BMC saw %d logins, want at most 1", n)
+	}
+	// The hung BMC answers again; on SIGTERM every session is logged out.
+	hung.SetHang(false)
+	l.ccm.Stop()
+	for i, bm := range bmcs[:3] {
+		if n := bm.ActiveSessions(); n != 0 {
+			t.Errorf("pw-%d: %d Redfish sessions left open after the CCM stopped", i, n)
+		}
+	}
+}
+
+// TestBMCCredentialsFromSecret: a host whose bmc block names a Secret in the
+// credentials namespace (readable under the packaged RBAC only there): the CCM reads
+// the Secret and the shutdown taint follows the BMC; a Secret the BMC refuses shows
+// BMCReachable=False without the password, and fixing the Secret is picked up
+// without a restart.
+func TestBMCCredentialsFromSecret(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := redfish.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "bmc-ca.pem")
+	writeFile(t, caFile, string(ca.PEM()))
+	l := newLabNoCCM(t)
+	secrets := l.cp.Client.CoreV1().Secrets(manifests.CredentialsNamespace)
+	var hosts string
+	var bmcs []*redfish.BMC
+	for i, pass := range []string{"sec-0-secret", "sec-1-wrong"} {
+		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: fmt.Sprintf("sec-%d-secret", i)})
+		if err := b.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		bmcs = append(bmcs, b)
+		name := fmt.Sprintf("e2e-bmc-sec-%d", i)
+		if _, err := secrets.Create(l.ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Data: map[string][]byte{"username": []byte("admin"), "password": []byte(pass)}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = secrets.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		hosts += fmt.Sprintf("- name: sec-%d\n  addresses: [{type: InternalIP, address: 10.81.0.%d}]\n  bmc: {protocol: redfish, address: \"https://127.0.0.1\", port: %s, credentialsSecret: {namespace: %s, name: %s}, caFile: %s}\n",
+			i, i+1, b.Port(), manifests.CredentialsNamespace, name, caFile)
+	}
+	l.setInventory("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n" + hosts)
+	l.writeConfig("", "bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s, failureThreshold: 100}\n")
+	l.startCCM(l.config)
+	for i := range 2 {
+		name := fmt.Sprintf("sec-%d", i)
+		l.createNode(framework.NodeSpec{Name: name, InternalIPs: []string{fmt.Sprintf("10.81.0.%d", i+1)}, Ready: ready(v1.ConditionTrue)})
+		l.waitInitialized(name)
+	}
+	l.waitCondition("sec-0", powermon.ConditionPoweredOn, v1.ConditionTrue)
+	l.waitCondition("sec-1", powermon.ConditionBMCReachable, v1.ConditionFalse)
+	msg := l.waitEvent("default", "Node", "sec-1", powermon.ReasonBMCUnreachable)
+	if !strings.Contains(msg, "refused the credentials") || strings.Contains(msg, "sec-1-wrong") || strings.Contains(msg, "sec-1-secret") {
+		t.Errorf("sec-1 event: %s; want the credentials refused, without a password", msg)
+	}
+
+	bmcs[0].SetPowerState(redfish.PowerOff)
+	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "sec-0", v1.ConditionUnknown); err != nil {
+		t.Fatal(err)
+	}
+	l.waitTaint("sec-0", cloudproviderapi.TaintNodeShutdown, true)
+
+	// Fix sec-1's Secret: read again after the refusal, no restart.
+	sec, err := secrets.Get(l.ctx, "e2e-bmc-sec-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.Data["password"] = []byte("sec-1-secret")
+	if _, err := secrets.Update(l.ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bmcs[1].SetPowerState(redfish.PowerOff)
+	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "sec-1", v1.ConditionUnknown); err != nil {
+		t.Fatal(err)
+	}
+	l.waitCondition("sec-1", powermon.ConditionBMCReachable, v1.ConditionTrue)
+	l.waitTaint("sec-1", cloudproviderapi.TaintNodeShutdown, true)
+
+	// The packaged RBAC behind it: get in the credentials namespace, nothing more.
+	sa := "system:serviceaccount:" + manifests.Namespace + ":" + manifests.ServiceAccount
+	for _, c := range []struct {
+		verb, ns string
+		allowed  bool
+	}{
+		{"get", manifests.CredentialsNamespace, true},
+		{"list", manifests.CredentialsNamespace, false},
+		{"watch", manifests.CredentialsNamespace, false},
+		{"update", manifests.CredentialsNamespace, false},
+		{"get", "default", false},
+		{"list", "", false},
+	} {
+		sar, err := l.cp.Client.AuthorizationV1().SubjectAccessReviews().Create(l.ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: sa, ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Resource: "secrets", Verb: c.verb, Namespace: c.ns,
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != c.allowed {
+			t.Errorf("%s secrets in %q: allowed = %v, want %v", c.verb, c.ns, sar.Status.Allowed, c.allowed)
+		}
 	}
 }
 

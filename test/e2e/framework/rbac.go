@@ -52,6 +52,10 @@ func ApplyPackagedRBAC(ctx context.Context, cp *ControlPlane, kubeconfigPath str
 			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.RoleBinding:
 			_, err = c.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *v1.Namespace:
+			_, err = c.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		default:
 			return fmt.Errorf("packaged RBAC: unexpected object %T", o)
 		}
