@@ -1,17 +1,215 @@
 package config
 
-import "k8s.io/apimachinery/pkg/util/validation/field"
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// BGP defaults.
+const (
+	DefaultBGPPort          = 179
+	DefaultBGPHoldTime      = 90 * time.Second
+	DefaultBGPKeepaliveTime = 30 * time.Second
+	DefaultBGPConnectRetry  = 5 * time.Second
+	// MaxBGPGracefulRestart is the largest restart time the 12-bit field of the
+	// graceful-restart capability (RFC 4724) can carry.
+	MaxBGPGracefulRestart = 4095 * time.Second
+)
+
+// WellKnownCommunities maps the names accepted in communities to their values
+// (RFC 1997, RFC 3765, RFC 7999, RFC 8326).
+var WellKnownCommunities = map[string]uint32{
+	"graceful-shutdown":   0xFFFF0000,
+	"blackhole":           0xFFFF029A,
+	"no-export":           0xFFFFFF01,
+	"no-advertise":        0xFFFFFF02,
+	"no-export-subconfed": 0xFFFFFF03,
+	"no-peer":             0xFFFFFF04,
+}
+
+// ParseCommunity parses a standard community: "asn:value" with two 16-bit decimal
+// numbers, or one of the names in WellKnownCommunities.
+func ParseCommunity(s string) (uint32, error) {
+	if v, ok := WellKnownCommunities[strings.ToLower(s)]; ok {
+		return v, nil
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) != 2 {
+		return 0, fmt.Errorf("community %q: want <0-65535>:<0-65535> or a well-known name (no-export, no-advertise, no-export-subconfed, no-peer, blackhole, graceful-shutdown)", s)
+	}
+	var v uint32
+	for _, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil {
+			return 0, fmt.Errorf("community %q: each half must be a number 0-65535", s)
+		}
+		v = v<<16 | uint32(n)
+	}
+	return v, nil
+}
+
+// ParseLargeCommunity parses a large community (RFC 8092): "global:local1:local2",
+// three 32-bit decimal numbers.
+func ParseLargeCommunity(s string) ([3]uint32, error) {
+	var v [3]uint32
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return v, fmt.Errorf("large community %q: want <asn>:<value>:<value>, three numbers 0-4294967295", s)
+	}
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return v, fmt.Errorf("large community %q: each part must be a number 0-4294967295", s)
+		}
+		v[i] = uint32(n)
+	}
+	return v, nil
+}
 
 // SetBGPPeerDefaults fills a peer's unset optional fields (also used for the
-// inventory's per-rack peers).
-func SetBGPPeerDefaults(p *BGPPeer) {}
+// inventory's per-rack peers): port 179, hold time 90s, keepalive 30s (a third of an
+// explicit hold time when only that is set), connect retry 5s.
+func SetBGPPeerDefaults(p *BGPPeer) {
+	if p == nil {
+		return
+	}
+	if p.Port == 0 {
+		p.Port = DefaultBGPPort
+	}
+	if p.HoldTime == nil {
+		p.HoldTime = &metav1.Duration{Duration: DefaultBGPHoldTime}
+	}
+	if p.KeepaliveTime == nil {
+		ka := DefaultBGPKeepaliveTime
+		if h := p.HoldTime.Duration; h > 0 && h != DefaultBGPHoldTime {
+			ka = (h / 3).Truncate(time.Second)
+			if ka < time.Second {
+				ka = time.Second
+			}
+		}
+		p.KeepaliveTime = &metav1.Duration{Duration: ka}
+	}
+	if p.ConnectRetry == nil {
+		p.ConnectRetry = &metav1.Duration{Duration: DefaultBGPConnectRetry}
+	}
+}
 
 // validateBGPSpeaker checks the speaker settings and peers.
 func validateBGPSpeaker(b *BGPConfig, p *field.Path) field.ErrorList {
-	return nil
+	var errs field.ErrorList
+	if b.LocalASN == 0 || b.LocalASN == math.MaxUint32 {
+		errs = append(errs, field.Invalid(p.Child("localASN"), b.LocalASN, "required: this speaker's AS number, 1-4294967294 (private: 64512-65534 or 4200000000-4294967294)"))
+	}
+	if b.RouterID != "" {
+		if a, err := netip.ParseAddr(b.RouterID); err != nil || !a.Is4() {
+			errs = append(errs, field.Invalid(p.Child("routerID"), b.RouterID, "must be an IPv4 address such as 10.0.0.1 (leave empty to use the host's first IPv4 InternalIP)"))
+		}
+	}
+	if b.ListenPort < 0 || b.ListenPort > 65535 {
+		errs = append(errs, field.Invalid(p.Child("listenPort"), b.ListenPort, "must be 0 (outbound connections only) or a port 1-65535"))
+	}
+	if b.NextHop != NextHopSelf && b.NextHop != NextHopNodes {
+		errs = append(errs, field.NotSupported(p.Child("nextHop"), b.NextHop, []string{NextHopSelf, NextHopNodes}))
+	}
+	seen := map[netip.Addr]int{}
+	for i := range b.Peers {
+		pp := p.Child("peers").Index(i)
+		errs = append(errs, ValidateBGPPeer(&b.Peers[i], pp)...)
+		if a, err := netip.ParseAddr(b.Peers[i].Address); err == nil {
+			a = a.Unmap()
+			if j, dup := seen[a]; dup {
+				errs = append(errs, field.Duplicate(pp.Child("address"), fmt.Sprintf("%s (also peers[%d]); configure each neighbor once", b.Peers[i].Address, j)))
+			} else {
+				seen[a] = i
+			}
+		}
+	}
+	errs = append(errs, ValidateCommunities(b.Communities, p.Child("communities"))...)
+	errs = append(errs, ValidateLargeCommunities(b.LargeCommunities, p.Child("largeCommunities"))...)
+	return errs
 }
 
-// ValidateBGPPeer checks one peer (also used for the inventory's per-rack peers).
+// ValidateCommunities checks a list of standard communities (see ParseCommunity).
+func ValidateCommunities(cs []string, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, c := range cs {
+		if _, err := ParseCommunity(c); err != nil {
+			errs = append(errs, field.Invalid(p.Index(i), c, err.Error()))
+		}
+	}
+	return errs
+}
+
+// ValidateLargeCommunities checks a list of large communities (see
+// ParseLargeCommunity).
+func ValidateLargeCommunities(cs []string, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, c := range cs {
+		if _, err := ParseLargeCommunity(c); err != nil {
+			errs = append(errs, field.Invalid(p.Index(i), c, err.Error()))
+		}
+	}
+	return errs
+}
+
+// ValidateBGPPeer checks one defaulted peer (also used for the inventory's per-rack
+// peers).
 func ValidateBGPPeer(peer *BGPPeer, p *field.Path) field.ErrorList {
-	return nil
+	var errs field.ErrorList
+	addr, err := netip.ParseAddr(peer.Address)
+	switch {
+	case peer.Address == "":
+		errs = append(errs, field.Required(p.Child("address"), "the neighbor's IPv4 or IPv6 address"))
+	case err != nil || addr.Zone() != "":
+		errs = append(errs, field.Invalid(p.Child("address"), peer.Address, "must be an IPv4 or IPv6 address without zone, such as 10.0.0.1 or fd00::1"))
+	case addr.IsUnspecified() || addr.IsMulticast():
+		errs = append(errs, field.Invalid(p.Child("address"), peer.Address, "must be a unicast address of the neighbor"))
+	}
+	if peer.ASN == 0 || peer.ASN == math.MaxUint32 {
+		errs = append(errs, field.Invalid(p.Child("asn"), peer.ASN, "required: the neighbor's AS number, 1-4294967294"))
+	}
+	if peer.Port < 1 || peer.Port > 65535 {
+		errs = append(errs, field.Invalid(p.Child("port"), peer.Port, "must be a port 1-65535 (default 179)"))
+	}
+	if peer.SourceAddress != "" {
+		src, serr := netip.ParseAddr(peer.SourceAddress)
+		switch {
+		case serr != nil || src.Zone() != "":
+			errs = append(errs, field.Invalid(p.Child("sourceAddress"), peer.SourceAddress, "must be a local IPv4 or IPv6 address without zone"))
+		case err == nil && src.Unmap().Is4() != addr.Unmap().Is4():
+			errs = append(errs, field.Invalid(p.Child("sourceAddress"), peer.SourceAddress, "must be of the same address family as address "+peer.Address))
+		}
+	}
+	if peer.PasswordFile != "" && !filepath.IsAbs(peer.PasswordFile) {
+		errs = append(errs, field.Invalid(p.Child("passwordFile"), peer.PasswordFile, "must be an absolute path to a file holding the TCP MD5 password"))
+	}
+	if peer.EBGPMultihop < 0 || peer.EBGPMultihop > 255 {
+		errs = append(errs, field.Invalid(p.Child("ebgpMultihop"), peer.EBGPMultihop, "must be 0 (directly connected) or a TTL 1-255"))
+	}
+	if h := peer.HoldTime; h != nil {
+		if h.Duration != 0 && (h.Duration < 3*time.Second || h.Duration > 65535*time.Second) {
+			errs = append(errs, field.Invalid(p.Child("holdTime"), h.Duration.String(), "must be 0 (no keepalives) or between 3s and 65535s"))
+		} else if h.Duration%time.Second != 0 {
+			errs = append(errs, field.Invalid(p.Child("holdTime"), h.Duration.String(), "must be whole seconds"))
+		}
+	}
+	errs = append(errs, validatePositive(peer.KeepaliveTime, p.Child("keepaliveTime"))...)
+	errs = append(errs, validatePositive(peer.ConnectRetry, p.Child("connectRetry"))...)
+	if k, h := peer.KeepaliveTime, peer.HoldTime; k != nil && h != nil && h.Duration > 0 && k.Duration >= h.Duration {
+		errs = append(errs, field.Invalid(p.Child("keepaliveTime"), k.Duration.String(), "must be shorter than holdTime "+h.Duration.String()+" (usually a third of it)"))
+	}
+	if g := peer.GracefulRestart; g != nil {
+		if g.Duration <= 0 || g.Duration > MaxBGPGracefulRestart {
+			errs = append(errs, field.Invalid(p.Child("gracefulRestart"), g.Duration.String(), "must be a restart time between 1s and 4095s (omit to disable graceful restart)"))
+		}
+	}
+	return errs
 }

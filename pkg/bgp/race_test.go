@@ -1,0 +1,6 @@
+//go:build race
+
+package bgp
+
+// raceEnabled: see TestBIRDTwoSpeakersECMP.
+const raceEnabled = true

@@ -1,0 +1,190 @@
+package bgp
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+)
+
+var (
+	pfxA = netip.MustParsePrefix("192.0.2.1/32")
+	pfxB = netip.MustParsePrefix("192.0.2.2/32")
+	pfx6 = netip.MustParsePrefix("2001:db8::1/128")
+	nh1  = netip.MustParseAddr("10.0.0.1")
+	nh2  = netip.MustParseAddr("10.0.0.2")
+)
+
+func mustNormalize(t *testing.T, paths ...Path) map[pathKey]attrs {
+	t.Helper()
+	m, errs := normalize(paths, nil, nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return m
+}
+
+// apply commits a plan as if GoBGP accepted everything.
+func apply(r *rib) []change {
+	cs := r.plan()
+	for _, c := range cs {
+		r.commit(c)
+	}
+	return cs
+}
+
+func describe(cs []change) []string {
+	var out []string
+	for _, c := range cs {
+		op := "add"
+		if c.withdraw {
+			op = "del"
+		}
+		out = append(out, op+" "+c.key.String())
+	}
+	return out
+}
+
+func TestPlanAddUpdateWithdraw(t *testing.T) {
+	r := newRIB()
+	r.set("lb", mustNormalize(t, Path{Prefix: pfxA}, Path{Prefix: pfx6}))
+	if got, want := describe(apply(r)), []string{"add 192.0.2.1/32 via self", "add 2001:db8::1/128 via self"}; !slices.Equal(got, want) {
+		t.Fatalf("first plan = %v, want %v", got, want)
+	}
+	if cs := apply(r); len(cs) != 0 {
+		t.Fatalf("same state again must be a no-op, got %v", describe(cs))
+	}
+	// Attribute change: re-announce with the same path ID.
+	r.set("lb", mustNormalize(t, Path{Prefix: pfxA, Communities: []string{"65000:1"}}, Path{Prefix: pfx6}))
+	cs := apply(r)
+	if len(cs) != 1 || cs[0].withdraw || cs[0].id != 1 || !slices.Equal(cs[0].attrs.communities, []uint32{65000<<16 | 1}) {
+		t.Fatalf("update plan = %+v", cs)
+	}
+	// Removal.
+	r.set("lb", mustNormalize(t, Path{Prefix: pfx6}))
+	if got, want := describe(apply(r)), []string{"del 192.0.2.1/32 via self"}; !slices.Equal(got, want) {
+		t.Fatalf("withdraw plan = %v, want %v", got, want)
+	}
+	r.set("lb", nil)
+	apply(r)
+	if len(r.applied) != 0 || len(r.sources) != 0 {
+		t.Fatalf("empty source must leave nothing: %+v %+v", r.applied, r.sources)
+	}
+}
+
+func TestPlanNodesPathIDsAndMakeBeforeBreak(t *testing.T) {
+	r := newRIB()
+	r.set("lb", mustNormalize(t, Path{Prefix: pfxA, NextHops: []netip.Addr{nh1, nh2}}))
+	cs := apply(r)
+	if len(cs) != 2 || cs[0].id == cs[1].id {
+		t.Fatalf("two next hops need two distinct path IDs: %+v", cs)
+	}
+	id2 := r.applied[pathKey{pfxA, nh2}].id
+	// Move from nh1 to a new nh3: the add comes before the withdrawal, the new path
+	// may not reuse nh1's ID while nh1 is still announced, and nh2 keeps its ID.
+	nh3 := netip.MustParseAddr("10.0.0.3")
+	r.set("lb", mustNormalize(t, Path{Prefix: pfxA, NextHops: []netip.Addr{nh2, nh3}}))
+	cs = apply(r)
+	if got, want := describe(cs), []string{"add 192.0.2.1/32 via 10.0.0.3", "del 192.0.2.1/32 via 10.0.0.1"}; !slices.Equal(got, want) {
+		t.Fatalf("plan = %v, want %v", got, want)
+	}
+	if cs[0].id == id2 || cs[0].id == cs[1].id {
+		t.Fatalf("path ID reuse: %+v", cs)
+	}
+	if r.applied[pathKey{pfxA, nh2}].id != id2 {
+		t.Fatal("unchanged path changed its ID")
+	}
+}
+
+func TestPlanSourcesIndependent(t *testing.T) {
+	r := newRIB()
+	r.set("podcidr", mustNormalize(t, Path{Prefix: pfxA, Communities: []string{"65000:2"}}))
+	r.set("lb", mustNormalize(t, Path{Prefix: pfxA, Communities: []string{"65000:1"}}, Path{Prefix: pfxB}))
+	apply(r)
+	// Same prefix and next hop from two sources: one path, attributes of "lb" (sorts first).
+	if got := r.applied[pathKey{prefix: pfxA}].attrs.communities; !slices.Equal(got, []uint32{65000<<16 | 1}) {
+		t.Fatalf("communities = %v, want lb's", got)
+	}
+	// lb withdraws: the path stays for podcidr, re-announced with podcidr's attributes.
+	r.set("lb", nil)
+	cs := apply(r)
+	if got, want := describe(cs), []string{"add 192.0.2.1/32 via self", "del 192.0.2.2/32 via self"}; !slices.Equal(got, want) {
+		t.Fatalf("plan = %v, want %v", got, want)
+	}
+	if got := r.applied[pathKey{prefix: pfxA}].attrs.communities; !slices.Equal(got, []uint32{65000<<16 | 2}) {
+		t.Fatalf("communities = %v, want podcidr's", got)
+	}
+	r.set("podcidr", nil)
+	if got := describe(apply(r)); !slices.Equal(got, []string{"del 192.0.2.1/32 via self"}) {
+		t.Fatalf("plan = %v", got)
+	}
+}
+
+func TestPlanFailedChangeIsRetried(t *testing.T) {
+	r := newRIB()
+	r.set("lb", mustNormalize(t, Path{Prefix: pfxA}))
+	if cs := r.plan(); len(cs) != 1 {
+		t.Fatalf("plan = %v", describe(cs))
+	}
+	// Not committed (GoBGP refused): the next plan still has it.
+	if cs := r.plan(); len(cs) != 1 || cs[0].id != 1 {
+		t.Fatalf("retry plan = %+v", cs)
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	lp := uint32(200)
+	m, errs := normalize([]Path{
+		{Prefix: netip.MustParsePrefix("192.0.2.7/24"), Communities: []string{"65000:2", "no-export", "65000:2"}, LargeCommunities: []string{"1:2:3"}, LocalPref: &lp},
+		{Prefix: pfxB, Communities: []string{"70000:1"}},                                      // invalid community
+		{Prefix: pfx6, NextHops: []netip.Addr{nh1}},                                           // wrong family
+		{Prefix: netip.MustParsePrefix("2001:db8::2/128"), LargeCommunities: []string{"1:2"}}, // invalid large
+		{Prefix: netip.Prefix{}},
+	}, []uint32{1}, [][3]uint32{{9, 9, 9}})
+	if len(errs) != 4 {
+		t.Errorf("errors = %v, want 4", errs)
+	}
+	if len(m) != 1 {
+		t.Fatalf("paths = %v, want only the valid one", m)
+	}
+	a, ok := m[pathKey{prefix: netip.MustParsePrefix("192.0.2.0/24")}]
+	if !ok {
+		t.Fatalf("prefix not masked: %v", m)
+	}
+	if !slices.Equal(a.communities, []uint32{1, 65000<<16 | 2, 0xFFFFFF01}) || !slices.Equal(a.large, [][3]uint32{{1, 2, 3}, {9, 9, 9}}) || !a.hasLocalPref || a.localPref != 200 {
+		t.Errorf("attrs = %+v", a)
+	}
+	// IPv4-mapped next hops are unmapped so they compare equal.
+	m, _ = normalize([]Path{{Prefix: pfxA, NextHops: []netip.Addr{netip.MustParseAddr("::ffff:10.0.0.1")}}}, nil, nil)
+	if _, ok := m[pathKey{pfxA, nh1}]; !ok {
+		t.Errorf("mapped next hop not unmapped: %v", m)
+	}
+}
+
+func TestToAPIPath(t *testing.T) {
+	for _, c := range []change{
+		{key: pathKey{prefix: pfxA}, id: 1},
+		{key: pathKey{prefix: pfx6, nextHop: netip.MustParseAddr("2001:db8::99")}, id: 2, attrs: attrs{communities: []uint32{1}, large: [][3]uint32{{1, 2, 3}}, hasLocalPref: true, localPref: 5}},
+		{key: pathKey{prefix: pfxB}, id: 3, withdraw: true},
+	} {
+		p, err := toAPIPath(c)
+		if err != nil {
+			t.Fatalf("%v: %v", c.key, err)
+		}
+		if p.Identifier != c.id || p.IsWithdraw != c.withdraw {
+			t.Errorf("%v: identifier %d withdraw %v", c.key, p.Identifier, p.IsWithdraw)
+		}
+	}
+}
+
+func TestNextHopPolicy(t *testing.T) {
+	l4, l6 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")
+	pol := nextHopPolicy(map[netip.Addr]netip.Addr{l4: l6, l6: {}})
+	// One translation (l6 has no partner), then the three catch-alls.
+	if len(pol.Statements) != 4 {
+		t.Fatalf("statements = %v", pol.Statements)
+	}
+	s0 := pol.Statements[0]
+	if s0.Conditions.NextHopInList[0] != "10.0.0.1/32" || s0.Actions.Nexthop.Address != "fd00::1" {
+		t.Errorf("translation statement = %v", s0)
+	}
+}
