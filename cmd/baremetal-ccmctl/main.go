@@ -2,6 +2,7 @@
 //
 //	baremetal-ccmctl manifests static-pod [--image I] [--kubeconfig P] [--config-dir D] [--secure-port N] [-- extra CCM args]
 //	baremetal-ccmctl manifests rbac
+//	baremetal-ccmctl manifests rbac-metallb [--namespace NS]
 //	baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] HOST
 //	baremetal-ccmctl version
 package main
@@ -21,6 +22,8 @@ const usage = `usage:
       print the static pod manifest for a control-plane node (put it in /etc/kubernetes/manifests/)
   baremetal-ccmctl manifests rbac
       print the ServiceAccount, ClusterRole and bindings the CCM needs (kubectl apply -f -)
+  baremetal-ccmctl manifests rbac-metallb [--namespace NS]
+      print the Role and RoleBinding the metallb announcer needs in MetalLB's namespace
   baremetal-ccmctl bmc check [--inventory FILE] [--bmc-ca-file F] [--timeout D] HOST
       ask HOST's BMC for its power state as the CCM does; prints protocol, TLS mode,
       reachability, power state and latency (never credentials)
@@ -40,6 +43,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return bmcCheck(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "manifests" && args[1] == "rbac":
 		return emit(stdout, stderr, manifests.RBAC()...)
+	case len(args) >= 2 && args[0] == "manifests" && args[1] == "rbac-metallb":
+		fs := flag.NewFlagSet("rbac-metallb", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		ns := fs.String("namespace", "metallb-system", "MetalLB's namespace (loadBalancer.metallb.namespace)")
+		if err := fs.Parse(args[2:]); err != nil {
+			return 2
+		}
+		return emit(stdout, stderr, manifests.MetalLBRBAC(*ns)...)
 	case len(args) >= 2 && args[0] == "manifests" && args[1] == "static-pod":
 		o := manifests.DefaultStaticPodOptions()
 		fs := flag.NewFlagSet("static-pod", flag.ContinueOnError)

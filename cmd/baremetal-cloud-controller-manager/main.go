@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	cloudprovider "k8s.io/cloud-provider"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/internal/sdnotify"
+	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
 )
@@ -50,16 +52,46 @@ func main() {
 	notifier := sdnotify.New()
 	stop := stopOnSignal(notifier)
 	ctx := wait.ContextForChannel(stop)
+	var (
+		flags     agentFlags
+		agentDone <-chan struct{}
+		bareCloud *provider.Cloud
+	)
+	extra := cliflag.NamedFlagSets{}
+	flags.addTo(extra.FlagSet("baremetal agent"))
 	initCloud := func(c *config.CompletedConfig) cloudprovider.Interface {
 		cloud := newCloud(c)
+		bareCloud = cloud.(*provider.Cloud)
+		// The agent runs on every replica, leader or not: it starts before leader
+		// election and uses the same informer factory as the controllers.
+		done, err := startAgent(ctx, c, cloud.(*provider.Cloud), &flags)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
+			os.Exit(1)
+		}
+		agentDone = done
 		go notifyWhenServing(ctx, c, notifier)
 		return cloud
 	}
 	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, app.DefaultInitFuncConstructors,
-		names.CCMControllerAliases(), cliflag.NamedFlagSets{}, stop)
+		names.CCMControllerAliases(), extra, stop)
 	cmd.Use = program
-	cmd.Long = program + " runs the Kubernetes cloud controllers (node, node-lifecycle, service, route) for on-prem bare metal: Nodes are initialized from a server inventory."
-	os.Exit(cli.Run(cmd))
+	cmd.Long = program + " runs the Kubernetes cloud controllers (node, node-lifecycle, service, route) for on-prem bare metal: Nodes are initialized from a server inventory, LoadBalancer Services get IPs from the datacenter's pools, announced over BGP by every replica, and pod-CIDR routes are programmed into the kernel."
+	code := cli.Run(cmd)
+	// Stopping: the agent is already withdrawing its BGP routes (its context is done);
+	// meanwhile the BMC sessions are logged out. Both are bounded.
+	deadline := time.After(agentShutdownTimeout)
+	if bareCloud != nil {
+		bareCloud.Shutdown(5 * time.Second)
+	}
+	if agentDone != nil {
+		select {
+		case <-agentDone:
+		case <-deadline:
+			klog.Warning("The agent did not stop in time; exiting without waiting for its withdrawals")
+		}
+	}
+	os.Exit(code)
 }
 
 // newCloud builds the provider from --cloud-provider and --cloud-config, or exits with
@@ -84,7 +116,24 @@ func newCloud(c *config.CompletedConfig) cloudprovider.Interface {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
 		os.Exit(1)
 	}
+	if err := checkRouteFlags(c, cloud.(*provider.Cloud).Config()); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
+		os.Exit(1)
+	}
 	return cloud
+}
+
+// checkRouteFlags fails fast when the CloudConfig enables routes but the route
+// controller would not run or would not know the pod network.
+func checkRouteFlags(c *config.CompletedConfig, cfg *bmconfig.CloudConfig) error {
+	shared := c.ComponentConfig.KubeCloudShared
+	if cfg.Routes == nil || !shared.ConfigureCloudRoutes {
+		return nil
+	}
+	if shared.ClusterCIDR == "" {
+		return fmt.Errorf("the CloudConfig has a routes section and --configure-cloud-routes is on (the default), but --cluster-cidr is not set: set --cluster-cidr to the cluster's pod network (for example --cluster-cidr=10.244.0.0/16,fd00:10:244::/56), or --configure-cloud-routes=false to only mirror routes")
+	}
+	return nil
 }
 
 // wantsVersion reports whether the arguments ask for --version (the upstream flag

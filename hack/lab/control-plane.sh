@@ -138,7 +138,7 @@ up() {
     --requestheader-client-ca-file="$W/certs/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
     --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
     --requestheader-extra-headers-prefix=X-Remote-Extra- --authorization-mode=Node,RBAC \
-    --service-cluster-ip-range=10.96.0.0/16 \
+    --service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/112 \
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$W/sa.key" --service-account-signing-key-file="$W/sa.key" \
     </dev/null >"$W/apiserver.log" 2>&1 &

@@ -27,7 +27,7 @@ const (
 	DefaultEventsNamespace   = "kube-system"
 	DefaultBMCCallTimeout    = 10 * time.Second
 	DefaultBMCCacheTTL       = 5 * time.Second
-	DefaultBMCMaxConcurrent  = 32
+	DefaultBMCMaxConcurrent  = 64
 	DefaultBMCFailures       = 3
 	DefaultBMCBackoffInitial = 10 * time.Second
 	DefaultBMCBackoffMax     = 5 * time.Minute

@@ -2,6 +2,7 @@ package config
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -22,6 +23,23 @@ type LoadBalancerConfig struct {
 	Announcer string `json:"announcer,omitempty"`
 	// Pools are the address pools. A Service gets its IPs from one pool per family.
 	Pools []AddressPool `json:"pools"`
+	// MetalLB configures the metallb announcer.
+	MetalLB MetalLBConfig `json:"metallb,omitempty"`
+}
+
+// MetalLB BGP modes.
+const (
+	MetalLBModeFRR    = "frr"
+	MetalLBModeNative = "native"
+)
+
+// MetalLBConfig says where the existing MetalLB installation lives and how its
+// speakers speak BGP (which decides the peer settings that can be expressed).
+type MetalLBConfig struct {
+	// Namespace is MetalLB's namespace. Default: metallb-system.
+	Namespace string `json:"namespace,omitempty"`
+	// BGPMode is frr (default) or native.
+	BGPMode string `json:"bgpMode,omitempty"`
 }
 
 // AddressPool is a set of addresses Services may get, following MetalLB's
@@ -63,6 +81,12 @@ func setLoadBalancerDefaults(lb *LoadBalancerConfig) {
 	if lb.Announcer == "" {
 		lb.Announcer = AnnouncerBGP
 	}
+	if lb.MetalLB.Namespace == "" {
+		lb.MetalLB.Namespace = "metallb-system"
+	}
+	if lb.MetalLB.BGPMode == "" {
+		lb.MetalLB.BGPMode = MetalLBModeFRR
+	}
 	for i := range lb.Pools {
 		if lb.Pools[i].AutoAssign == nil {
 			t := true
@@ -82,5 +106,11 @@ func validateLoadBalancer(lb *LoadBalancerConfig, p *field.Path) field.ErrorList
 		errs = append(errs, field.NotSupported(p.Child("announcer"), lb.Announcer, []string{AnnouncerBGP, AnnouncerMetalLB, AnnouncerNone}))
 	}
 	errs = append(errs, validatePools(lb.Pools, p.Child("pools"))...)
+	for _, msg := range validation.IsDNS1123Label(lb.MetalLB.Namespace) {
+		errs = append(errs, field.Invalid(p.Child("metallb", "namespace"), lb.MetalLB.Namespace, msg))
+	}
+	if m := lb.MetalLB.BGPMode; m != MetalLBModeFRR && m != MetalLBModeNative {
+		errs = append(errs, field.NotSupported(p.Child("metallb", "bgpMode"), m, []string{MetalLBModeFRR, MetalLBModeNative}))
+	}
 	return errs
 }

@@ -24,3 +24,6 @@ func validateRoutes(r *RoutesConfig, p *field.Path) field.ErrorList {
 	}
 	return validateRoutesFields(r, p)
 }
+
+// MirrorEnabled reports the defaulted Mirror.
+func (r *RoutesConfig) MirrorEnabled() bool { return r.Mirror == nil || *r.Mirror }

@@ -54,7 +54,7 @@ type BMCConfig struct {
 	CallTimeout *metav1.Duration `json:"callTimeout,omitempty"`
 	// CacheTTL is how long a power state read from a BMC is reused. Default: 5s.
 	CacheTTL *metav1.Duration `json:"cacheTTL,omitempty"`
-	// MaxConcurrent is the number of BMC calls in flight at once. Default: 32.
+	// MaxConcurrent is the number of BMC calls in flight at once. Default: 64.
 	MaxConcurrent int32 `json:"maxConcurrent,omitempty"`
 	// FailureThreshold consecutive failures back a BMC off for BackoffInitial,
 	// doubling up to BackoffMax. Defaults: 3, 10s, 5m.

@@ -221,6 +221,38 @@ func RBAC() []any {
 	}
 }
 
+// MetalLBRules are what the metallb announcer needs in MetalLB's namespace: its
+// pools, peers and advertisements, and the Secrets holding BGP passwords (the
+// announcer writes only objects labeled as its own and never touches others).
+func MetalLBRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"metallb.io"}, Resources: []string{"ipaddresspools", "bgppeers", "bgpadvertisements"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
+	}
+}
+
+// MetalLBRBAC returns the Role and RoleBinding the metallb announcer needs in
+// MetalLB's namespace (apply it only with loadBalancer.announcer: metallb).
+func MetalLBRBAC(namespace string) []any {
+	meta := metav1.ObjectMeta{Name: ClusterRole + ":metallb", Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/name": "baremetal-ccm"}}
+	return []any{
+		&rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+			ObjectMeta: meta,
+			Rules:      MetalLBRules(),
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: meta,
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: meta.Name},
+			Subjects: []rbacv1.Subject{
+				{Kind: rbacv1.ServiceAccountKind, Name: ServiceAccount, Namespace: Namespace},
+				{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: UserName},
+			},
+		},
+	}
+}
+
 // YAML renders objects as one multi-document YAML stream.
 func YAML(objs ...any) ([]byte, error) {
 	var b bytes.Buffer

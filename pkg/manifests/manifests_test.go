@@ -53,6 +53,14 @@ func TestRBACGolden(t *testing.T) {
 	golden(t, "../../packaging/kubernetes/rbac.yaml", append([]byte(strings.Replace(header, "%s", "rbac", 1)), data...))
 }
 
+func TestMetalLBRBACGolden(t *testing.T) {
+	data, err := YAML(MetalLBRBAC("metallb-system")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "../../packaging/kubernetes/rbac-metallb.yaml", append([]byte(strings.Replace(header, "%s", "rbac-metallb", 1)), data...))
+}
+
 func TestStaticPodSecurity(t *testing.T) {
 	o := DefaultStaticPodOptions()
 	o.ExtraArgs = []string{"--v=2"}

@@ -1,6 +1,8 @@
 // Package provider is the "baremetal" cloudprovider.Interface: a thin composition of
-// the inventory store, the BMC power service and the Instances implementation. It implements InstancesV2 and
-// answers nil, false for every other interface it does not implement yet.
+// the inventory store, the BMC power service and the Instances implementation
+// (InstancesV2), the load balancer IPAM (LoadBalancer, with a loadBalancer section)
+// and the kernel routes (Routes, with a routes section). It answers nil, false for
+// the legacy Instances, Zones and Clusters.
 package provider
 
 import (
@@ -8,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -30,7 +34,10 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/instances"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/metallb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
 )
 
 // Name is the provider's name, as given to --cloud-provider.
@@ -65,7 +72,13 @@ type Cloud struct {
 	cfg       *config.CloudConfig
 	store     *inventory.Store
 	power     *bmc.Service
+	creds     *bmc.Secrets  // BMC credentials from files or Secrets
+	sessions  *bmc.Sessions // kept Redfish sessions
 	instances *instances.Instances
+	lb        *lb.LoadBalancer // nil without loadBalancer in the CloudConfig
+	kernel    *routes.Kernel   // nil without routes in the CloudConfig
+	routes    atomic.Pointer[routes.Provider]
+	nodeName  string
 	recorder  *lazyRecorder
 
 	// set by Initialize, used by SetInformers (both on the leader)
@@ -96,18 +109,64 @@ func New(cfg *config.CloudConfig) (*Cloud, error) {
 		MaxHosts: int(*g.MaxRemovedHosts), MaxPercent: int(*g.MaxRemovedPercent), AckFile: g.AcknowledgeFile,
 	}, refSink{rec: rec, ref: inventoryRef}, nil)
 	b := cfg.BMC
-	power := bmc.NewService(bmc.BMCLib{}, bmc.Config{
+	creds := bmc.NewSecrets(nil, time.Minute, nil) // its client comes with Initialize
+	sessions := bmc.NewSessions(creds, bmc.DefaultSessionIdle)
+	power := bmc.NewService(sessions, bmc.Config{
 		CallTimeout: b.CallTimeout.Duration, CacheTTL: b.CacheTTL.Duration, MaxConcurrent: int(b.MaxConcurrent),
 		FailureThreshold: int(b.FailureThreshold), BackoffBase: b.BackoffInitial.Duration, BackoffMax: b.BackoffMax.Duration,
 	}, nil)
+	policy := instances.Policy{DeleteAfter: durationOf(cfg.Instances.DeleteAfter), DefaultCA: cfg.BMC.CAFile,
+		ShutdownMaxAge: 2 * b.NotReadyInterval.Duration} // the monitor re-reads NotReady Nodes every notReadyInterval
+	var balancer *lb.LoadBalancer
+	if cfg.LoadBalancer != nil {
+		if balancer, err = lb.New(cfg.LoadBalancer, rec); err != nil {
+			return nil, fmt.Errorf("loadBalancer: %w", err)
+		}
+	}
+	var kernel *routes.Kernel
+	if r := cfg.Routes; r != nil {
+		if kernel, err = routes.Open(int(r.Table), int(r.Protocol)); err != nil {
+			return nil, fmt.Errorf("routes: %w", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := kernel.CheckAccess(ctx); err != nil {
+			return nil, fmt.Errorf("routes: %w", err)
+		}
+	}
 	return &Cloud{
 		cfg:       cfg,
+		lb:        balancer,
+		kernel:    kernel,
 		store:     store,
 		power:     power,
-		instances: instances.New(store, power, rec, instances.Policy{DeleteAfter: durationOf(cfg.Instances.DeleteAfter), DefaultCA: cfg.BMC.CAFile}),
+		creds:     creds,
+		sessions:  sessions,
+		instances: instances.New(store, power, rec, policy),
 		recorder:  rec,
 	}, nil
 }
+
+// Config returns the validated CloudConfig (immutable).
+func (c *Cloud) Config() *config.CloudConfig { return c.cfg }
+
+// Balancer returns the LoadBalancer implementation, nil when not configured.
+func (c *Cloud) Balancer() *lb.LoadBalancer { return c.lb }
+
+// Shutdown logs out the BMC sessions the provider keeps, waiting at most timeout. The
+// process calls it once the controllers have stopped, before it exits.
+func (c *Cloud) Shutdown(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c.sessions.Close(ctx, timeout)
+}
+
+// Kernel returns this host's route table access, nil when routes are not configured.
+func (c *Cloud) Kernel() *routes.Kernel { return c.kernel }
+
+// SetNodeName tells the provider the name of the Node of the host it runs on (routes
+// to it are not programmed). Call it before the controllers start.
+func (c *Cloud) SetNodeName(name string) { c.nodeName = name }
 
 // Store returns the inventory store.
 func (c *Cloud) Store() *inventory.Store { return c.store }
@@ -124,8 +183,57 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 	c.ctx, c.client = ctx, client
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	c.recorder.set(broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource}))
+	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource})
+	c.recorder.set(recorder)
+	c.creds.SetClient(client)
+	go c.sessions.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("bmc")), c.cfg.BMC.CallTimeout.Duration)
 	c.Start(ctx)
+	if c.lb != nil && c.cfg.LoadBalancer.Announcer == config.AnnouncerMetalLB {
+		c.startMetalLB(ctx, clientBuilder, client, recorder)
+	}
+}
+
+// startMetalLB runs the metallb announcer on the leader: the metallb.io objects follow
+// the pools, the BGP settings and the inventory's racks, and every Service carries the
+// annotations MetalLB reads for exactly the IPs assigned here.
+func (c *Cloud) startMetalLB(ctx context.Context, clientBuilder cloudprovider.ControllerClientBuilder, client kubernetes.Interface, recorder record.EventRecorder) {
+	logger := klog.FromContext(ctx).WithName("metallb")
+	m := c.cfg.LoadBalancer.MetalLB
+	opts := metallb.Options{Namespace: m.Namespace, BGPMode: m.BGPMode}
+	dyn, err := dynamic.NewForConfig(clientBuilder.ConfigOrDie("baremetal-cloud-provider-metallb"))
+	if err != nil {
+		logger.Error(err, "Cannot build the client for metallb.io objects; the metallb announcer is off")
+		return
+	}
+	services, err := metallb.NewServices(client, c.cfg.LoadBalancer)
+	if err != nil {
+		logger.Error(err, "The metallb announcer is off")
+		return
+	}
+	r, err := metallb.NewReconciler(metallb.ReconcilerOptions{
+		Client: dyn, Config: c.cfg, Inventory: c.store.View, Options: opts, Recorder: recorder,
+	})
+	if err != nil {
+		logger.Error(err, "The metallb announcer is off")
+		return
+	}
+	c.lb.SetAnnouncer(metallbServices{services})
+	go r.Run(klog.NewContext(ctx, logger))
+}
+
+// metallbServices adapts metallb.Services to lb.Announcer.
+type metallbServices struct{ s *metallb.Services }
+
+func (m metallbServices) Ensure(ctx context.Context, svc *v1.Service, ips []netip.Addr) error {
+	err := m.s.Ensure(ctx, svc, ips)
+	if errors.Is(err, metallb.ErrNotAnnounceable) {
+		return fmt.Errorf("%w: %w", lb.ErrNotAnnounced, err)
+	}
+	return err
+}
+
+func (m metallbServices) Delete(ctx context.Context, svc *v1.Service) error {
+	return m.s.Delete(ctx, svc)
 }
 
 // Start loads the inventory once, synchronously (so the controllers that start next
@@ -145,6 +253,17 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	nodes := factory.Core().V1().Nodes()
 	informer := nodes.Informer()
 	c.store.SetNodeHosts(nodeHosts(nodes.Lister(), informer.HasSynced))
+	if c.kernel != nil {
+		c.routes.Store(routes.NewProvider(c.kernel, nodes.Lister(), routes.ProviderOptions{
+			NodeName:         c.nodeName,
+			NodesSynced:      informer.HasSynced,
+			OffLinkViaFabric: c.cfg.BGP != nil && c.cfg.BGP.AnnouncePodCIDRs,
+		}))
+	}
+	if c.lb != nil {
+		svcs := factory.Core().V1().Services()
+		c.lb.SetServices(svcs.Lister(), svcs.Informer().HasSynced)
+	}
 	if c.ctx == nil || c.client == nil {
 		return // not initialized: no API client for the monitor
 	}
@@ -184,8 +303,14 @@ func nodeHosts(lister corelisters.NodeLister, synced cache.InformerSynced) inven
 // InstancesV2 returns the inventory-backed implementation.
 func (c *Cloud) InstancesV2() (cloudprovider.InstancesV2, bool) { return c.instances, true }
 
-// LoadBalancer is not implemented yet.
-func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) { return nil, false }
+// LoadBalancer assigns LoadBalancer Services their IPs from the configured pools; it
+// is not implemented without a loadBalancer section in the CloudConfig.
+func (c *Cloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) {
+	if c.lb == nil {
+		return nil, false
+	}
+	return c.lb, true
+}
 
 // Instances is superseded by InstancesV2.
 func (c *Cloud) Instances() (cloudprovider.Instances, bool) { return nil, false }
@@ -196,8 +321,14 @@ func (c *Cloud) Zones() (cloudprovider.Zones, bool) { return nil, false }
 // Clusters is not implemented.
 func (c *Cloud) Clusters() (cloudprovider.Clusters, bool) { return nil, false }
 
-// Routes is not implemented yet.
-func (c *Cloud) Routes() (cloudprovider.Routes, bool) { return nil, false }
+// Routes programs pod-CIDR routes into this (the leader's) kernel; it is implemented
+// once SetInformers ran with a routes section in the CloudConfig.
+func (c *Cloud) Routes() (cloudprovider.Routes, bool) {
+	if p := c.routes.Load(); p != nil {
+		return p, true
+	}
+	return nil, false
+}
 
 // ProviderName returns Name.
 func (c *Cloud) ProviderName() string { return Name }

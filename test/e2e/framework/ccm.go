@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +26,7 @@ type CCM struct {
 
 	t    testing.TB
 	cp   *ControlPlane
+	addr string // where /healthz and /metrics are served
 	cmd  *exec.Cmd
 	log  string
 	http *http.Client
@@ -67,16 +69,28 @@ func StartCCM(t testing.TB, cp *ControlPlane, cloudConfigPath string, extraArgs 
 // upstream cloud-controller-manager flags.
 func StartCCMBinary(t testing.TB, cp *ControlPlane, binary, cloudConfigPath string, extraArgs ...string) *CCM {
 	t.Helper()
-	return startCCM(t, cp, binary, nil, cloudConfigPath, extraArgs)
+	return startCCM(t, cp, binary, nil, nil, cloudConfigPath, extraArgs)
 }
 
 // StartCCMEnv is StartCCM with extra environment variables (NAME=value) for the process.
 func StartCCMEnv(t testing.TB, cp *ControlPlane, env []string, cloudConfigPath string, extraArgs ...string) *CCM {
 	t.Helper()
-	return startCCM(t, cp, CCMBinary(), env, cloudConfigPath, extraArgs)
+	return startCCM(t, cp, CCMBinary(), env, nil, cloudConfigPath, extraArgs)
 }
 
-func startCCM(t testing.TB, cp *ControlPlane, binary string, env []string, cloudConfigPath string, extraArgs []string) *CCM {
+// StartCCMIn is StartCCM with the CCM in the network namespace of h (standing for
+// another machine): it reaches the API server through h's proxy and serves /healthz
+// and /metrics on h's address.
+func StartCCMIn(t testing.TB, cp *ControlPlane, h *Host, cloudConfigPath string, extraArgs ...string) *CCM {
+	t.Helper()
+	defaults := []string{
+		"--kubeconfig=" + h.Kubeconfig, "--authentication-kubeconfig=" + h.Kubeconfig, "--authorization-kubeconfig=" + h.Kubeconfig,
+		"--bind-address=" + h.HostAddr.String(),
+	}
+	return startCCM(t, cp, CCMBinary(), nil, []string{"ip", "netns", "exec", h.Name}, cloudConfigPath, append(defaults, extraArgs...))
+}
+
+func startCCM(t testing.TB, cp *ControlPlane, binary string, env, wrapper []string, cloudConfigPath string, extraArgs []string) *CCM {
 	t.Helper()
 	port, err := FreePort()
 	if err != nil {
@@ -86,9 +100,13 @@ func startCCM(t testing.TB, cp *ControlPlane, binary string, env []string, cloud
 	if p, ok := flagValue(args, "secure-port"); ok {
 		port, _ = strconv.Atoi(p)
 	}
+	addr := "127.0.0.1"
+	if a, ok := flagValue(args, "bind-address"); ok && a != "0.0.0.0" && a != "::" {
+		addr = a
+	}
 	dir := t.TempDir()
 	c := &CCM{
-		Port: port, Args: args, t: t, cp: cp,
+		Port: port, Args: args, t: t, cp: cp, addr: addr,
 		log:  filepath.Join(dir, "ccm.log"),
 		done: make(chan struct{}),
 		http: &http.Client{
@@ -102,7 +120,9 @@ func startCCM(t testing.TB, cp *ControlPlane, binary string, env []string, cloud
 		t.Fatalf("StartCCM: %v", err)
 	}
 	defer logf.Close()
-	c.cmd = exec.Command(binary, args...)
+	// The wrapper (ip netns exec NS) execs the CCM: the PID stays the CCM's.
+	argv := append(append(append([]string{}, wrapper...), binary), args...)
+	c.cmd = exec.Command(argv[0], argv[1:]...)
 	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	c.cmd.SysProcAttr = procAttr()
@@ -113,7 +133,7 @@ func startCCM(t testing.TB, cp *ControlPlane, binary string, env []string, cloud
 		c.err = c.cmd.Wait()
 		close(c.done)
 	}()
-	t.Logf("CCM pid %d started on 127.0.0.1:%d, log %s", c.cmd.Process.Pid, port, c.log)
+	t.Logf("CCM pid %d started on %s:%d, log %s", c.cmd.Process.Pid, addr, port, c.log)
 	t.Cleanup(func() {
 		c.Stop()
 		c.http.CloseIdleConnections()
@@ -197,7 +217,7 @@ func (c *CCM) WaitHealthy(ctx context.Context) error {
 		case <-c.done:
 			return fmt.Errorf("CCM exited (%v) before it was healthy; log tail:\n%s", c.err, tail(c.Log(), 30))
 		case <-ctx.Done():
-			return fmt.Errorf("CCM on 127.0.0.1:%d not healthy: %w (last: %w)", c.Port, ctx.Err(), last)
+			return fmt.Errorf("CCM on %s:%d not healthy: %w (last: %w)", c.addr, c.Port, ctx.Err(), last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -228,7 +248,7 @@ func (c *CCM) Log() string {
 }
 
 func (c *CCM) get(ctx context.Context, path string, auth bool) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d%s", c.Port, path), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://%s%s", net.JoinHostPort(c.addr, strconv.Itoa(c.Port)), path), nil)
 	if err != nil {
 		return 0, "", err
 	}

@@ -1,0 +1,395 @@
+// Package agent is the replica-local half of the provider: it runs in every CCM
+// replica, leader or not (and alone on worker hosts), watches Services, EndpointSlices
+// and Nodes, and applies host-local state: it announces LoadBalancer IPs and pod CIDRs
+// over the embedded BGP speaker, and mirrors pod-CIDR routes into this host's kernel.
+//
+// It only applies what the API says; decisions (which IP a Service gets, which Nodes
+// exist) are made by the leader's controllers. Every replica announces, so routers see
+// ECMP across the control-plane hosts and a leader change withdraws nothing.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
+)
+
+// Announcement sources, as given to the speaker.
+const (
+	SourceLoadBalancers = "lb"
+	SourcePodCIDRs      = "podcidr"
+)
+
+// Speaker is the BGP speaker the agent feeds (bgp.Speaker).
+type Speaker interface {
+	Run(ctx context.Context) error
+	Announce(source string, paths []bgp.Path)
+	SetPeers(peers []config.BGPPeer) error
+}
+
+// Mirror keeps this host's kernel routes equal to the Nodes' pod CIDRs (routes.Mirror).
+type Mirror interface {
+	Reconcile(ctx context.Context, nodes []*v1.Node) (routes.Result, error)
+}
+
+// EventRecorder records events on objects.
+type EventRecorder = lb.EventRecorder
+
+// Options are the agent's collaborators. Only Config and Informers are required;
+// without a speaker factory nothing is announced, without a Mirror no route is
+// mirrored.
+type Options struct {
+	Config *config.CloudConfig
+	// Self is the name of the Node of the host this agent runs on ("" if unknown).
+	Self string
+	// Informers is the shared factory whose Service, EndpointSlice and Node informers
+	// the agent uses; the agent starts it.
+	Informers informers.SharedInformerFactory
+	// NewSpeaker builds the speaker once this host's identity is known (bgp
+	// configured).
+	NewSpeaker func(id Identity) (Speaker, error)
+	// Mirror, when set, is reconciled on every Node change and every ResyncInterval.
+	Mirror Mirror
+	// Inventory, when set, supplies this host's per-rack BGP peers and default router
+	// ID; its View is read on every resync.
+	Inventory *inventory.Store
+	// Pool returns the LoadBalancer pool of an IP (its communities).
+	Pool func(netip.Addr) (*config.AddressPool, bool)
+	// Events records problems on Services.
+	Events EventRecorder
+	// ResyncInterval re-applies everything (repairs route drift). Default: 1m.
+	ResyncInterval time.Duration
+}
+
+// Identity is what the speaker needs to know about this host.
+type Identity struct {
+	// RouterID is bgp.routerID, else this host's first IPv4 InternalIP.
+	RouterID netip.Addr
+	// IPv4 and IPv6 are this host's first InternalIP of each family (invalid when
+	// unknown): the next hop "self" of a prefix sent over a session of the other
+	// family.
+	IPv4, IPv6 netip.Addr
+}
+
+// Agent applies the API's state to this host.
+type Agent struct {
+	o        Options
+	services corelisters.ServiceLister
+	slices   discoverylisters.EndpointSliceLister
+	nodes    corelisters.NodeLister
+	synced   []cache.InformerSynced
+	trigger  chan struct{}
+
+	mu       sync.Mutex
+	speaker  Speaker
+	problems map[string]string // service key -> last reported problem
+	rackKey  string
+}
+
+// New registers the agent's informers on o.Informers (call before starting it, or the
+// agent starts it in Run).
+func New(o Options) (*Agent, error) {
+	if o.Config == nil || o.Informers == nil {
+		return nil, errors.New("agent: Config and Informers are required")
+	}
+	if o.ResyncInterval <= 0 {
+		o.ResyncInterval = time.Minute
+	}
+	a := &Agent{o: o, trigger: make(chan struct{}, 1), problems: map[string]string{}}
+	svc := o.Informers.Core().V1().Services()
+	sl := o.Informers.Discovery().V1().EndpointSlices()
+	nd := o.Informers.Core().V1().Nodes()
+	a.services, a.slices, a.nodes = svc.Lister(), sl.Lister(), nd.Lister()
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.kick() },
+		UpdateFunc: func(any, any) { a.kick() },
+		DeleteFunc: func(any) { a.kick() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{svc.Informer(), sl.Informer(), nd.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return nil, fmt.Errorf("agent: adding event handler: %w", err)
+		}
+		a.synced = append(a.synced, inf.HasSynced)
+	}
+	return a, nil
+}
+
+func (a *Agent) kick() {
+	select {
+	case a.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run applies state until ctx is done. With BGP configured it starts the speaker once
+// the router ID is known, and returns only after the speaker has withdrawn everything.
+func (a *Agent) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("agent")
+	ctx = klog.NewContext(ctx, logger)
+	a.o.Informers.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
+		return ctx.Err()
+	}
+	logger.Info("Agent informers synced", "self", a.o.Self)
+
+	var speakerDone chan error
+	if a.o.Config.BGP != nil && a.o.NewSpeaker != nil {
+		id, err := a.identity()
+		if err != nil {
+			return err
+		}
+		sp, err := a.o.NewSpeaker(id)
+		if err != nil {
+			return fmt.Errorf("starting the BGP speaker: %w", err)
+		}
+		a.mu.Lock()
+		a.speaker = sp
+		a.mu.Unlock()
+		speakerDone = make(chan error, 1)
+		go func() { speakerDone <- sp.Run(ctx) }()
+		logger.Info("BGP speaker started", "routerID", id.RouterID, "ipv4", id.IPv4, "ipv6", id.IPv6, "localASN", a.o.Config.BGP.LocalASN)
+	}
+
+	resync := time.NewTicker(a.o.ResyncInterval)
+	defer resync.Stop()
+	a.kick()
+	for {
+		select {
+		case <-ctx.Done():
+			if speakerDone != nil {
+				if err := <-speakerDone; err != nil && !errors.Is(err, context.Canceled) {
+					return err
+				}
+			}
+			return nil
+		case <-a.trigger:
+		case <-resync.C:
+		}
+		// Coalesce a burst of events (1000 Services created at once) into one pass.
+		select {
+		case <-ctx.Done():
+			continue
+		case <-time.After(50 * time.Millisecond):
+		}
+		select {
+		case <-a.trigger:
+		default:
+		}
+		a.sync(ctx)
+	}
+}
+
+// sync computes and applies everything from the informer caches.
+func (a *Agent) sync(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	nodes, err := a.nodes.List(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Listing Nodes from the cache")
+		return
+	}
+	a.mu.Lock()
+	sp := a.speaker
+	a.mu.Unlock()
+	if sp != nil {
+		a.syncPeers(ctx, sp)
+		a.syncLoadBalancers(ctx, sp, nodes)
+		if a.o.Config.BGP.AnnouncePodCIDRs {
+			sp.Announce(SourcePodCIDRs, PodCIDRPaths(nodes))
+		}
+	}
+	if a.o.Mirror != nil {
+		_, _ = a.o.Mirror.Reconcile(ctx, nodes) // the mirror logs and counts its own failures
+	}
+}
+
+func (a *Agent) syncLoadBalancers(ctx context.Context, sp Speaker, nodes []*v1.Node) {
+	if a.o.Config.LoadBalancer == nil || a.o.Config.LoadBalancer.Announcer != config.AnnouncerBGP {
+		return
+	}
+	svcs, err := a.services.List(labels.Everything())
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing Services from the cache")
+		return
+	}
+	byName := make(map[string]*v1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	want, problems := lb.Desired(lb.State{
+		Services: svcs,
+		EndpointSlices: func(ns, name string) []*discoveryv1.EndpointSlice {
+			s, _ := a.slices.EndpointSlices(ns).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
+			return s
+		},
+		Node:    func(name string) (*v1.Node, bool) { n, ok := byName[name]; return n, ok },
+		Nodes:   nodes,
+		Pool:    a.o.Pool,
+		NextHop: a.o.Config.BGP.NextHop,
+		Self:    a.o.Self,
+	})
+	a.reportProblems(ctx, problems)
+	paths := make([]bgp.Path, 0, len(want))
+	for _, w := range want {
+		paths = append(paths, bgp.Path{Prefix: w.Prefix, NextHops: w.NextHops, Communities: w.Communities, LargeCommunities: w.LargeCommunities, LocalPref: w.LocalPref})
+	}
+	sp.Announce(SourceLoadBalancers, paths)
+}
+
+// reportProblems logs each Service's problem and records an event when it changes.
+func (a *Agent) reportProblems(ctx context.Context, problems []lb.Problem) {
+	seen := map[string]bool{}
+	for _, p := range problems {
+		k := p.Service.Namespace + "/" + p.Service.Name
+		seen[k] = true
+		msg := p.Err.Error()
+		a.mu.Lock()
+		changed := a.problems[k] != msg
+		a.problems[k] = msg
+		a.mu.Unlock()
+		if changed {
+			klog.FromContext(ctx).Info("Service announcement problem", "service", k, "err", msg)
+			if a.o.Events != nil {
+				a.o.Events.Eventf(p.Service, v1.EventTypeWarning, "InvalidAnnouncement", "%s", msg)
+			}
+		}
+	}
+	a.mu.Lock()
+	for k := range a.problems {
+		if !seen[k] {
+			delete(a.problems, k)
+		}
+	}
+	a.mu.Unlock()
+}
+
+// PodCIDRPaths announces each Node's pod CIDRs with the Node's InternalIP of the
+// CIDR's family as next hop; a Node without such an address is skipped.
+func PodCIDRPaths(nodes []*v1.Node) []bgp.Path {
+	var paths []bgp.Path
+	for _, n := range nodes {
+		if n.DeletionTimestamp != nil {
+			continue
+		}
+		cidrs := n.Spec.PodCIDRs
+		if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+			cidrs = []string{n.Spec.PodCIDR}
+		}
+		for _, c := range cidrs {
+			p, err := netip.ParsePrefix(c)
+			if err != nil {
+				continue
+			}
+			if hop, ok := lb.InternalIP(n, p.Addr().Is4()); ok {
+				paths = append(paths, bgp.Path{Prefix: p.Masked(), NextHops: []netip.Addr{hop}})
+			}
+		}
+	}
+	return paths
+}
+
+// syncPeers gives the speaker this host's per-rack peers from the inventory.
+func (a *Agent) syncPeers(ctx context.Context, sp Speaker) {
+	if a.o.Inventory == nil {
+		return
+	}
+	host := a.selfHost()
+	var peers []config.BGPPeer
+	var rackName string
+	if host != nil && host.Rack != "" {
+		view, _ := a.o.Inventory.View()
+		if r, ok := view.Rack(host.Rack); ok {
+			peers, rackName = r.BGPPeers, r.Name
+		}
+	}
+	k := fmt.Sprint(rackName, peers)
+	if k == a.rackKey {
+		return
+	}
+	if err := sp.SetPeers(peers); err != nil {
+		klog.FromContext(ctx).Error(err, "Setting the rack's BGP peers", "rack", rackName)
+		return
+	}
+	a.rackKey = k
+	klog.FromContext(ctx).Info("Rack BGP peers set", "rack", rackName, "peers", len(peers))
+}
+
+// selfHost finds this host in the inventory by its Node (or name).
+func (a *Agent) selfHost() *inventory.Host {
+	if a.o.Inventory == nil || a.o.Self == "" {
+		return nil
+	}
+	view, err := a.o.Inventory.View()
+	if err != nil || view == nil {
+		return nil
+	}
+	if n, err := a.nodes.Get(a.o.Self); err == nil {
+		if h, _, err := view.Match(n); err == nil && h != nil {
+			return h
+		}
+	}
+	if h, ok := view.Host(a.o.Self); ok {
+		return h
+	}
+	return nil
+}
+
+// identity is this host's router ID and addresses: from bgp.routerID, this host's
+// InternalIPs in the inventory, else those of its Node.
+func (a *Agent) identity() (Identity, error) {
+	var id Identity
+	var addrs []netip.Addr
+	if h := a.selfHost(); h != nil {
+		for _, ad := range h.Addresses {
+			if ip, err := netip.ParseAddr(ad.Address); err == nil && ad.Type == v1.NodeInternalIP {
+				addrs = append(addrs, ip.Unmap())
+			}
+		}
+	}
+	if len(addrs) == 0 && a.o.Self != "" {
+		if n, err := a.nodes.Get(a.o.Self); err == nil {
+			for _, v4 := range []bool{true, false} {
+				if ip, ok := lb.InternalIP(n, v4); ok {
+					addrs = append(addrs, ip)
+				}
+			}
+		}
+	}
+	for _, ip := range addrs {
+		if ip.Is4() && !id.IPv4.IsValid() {
+			id.IPv4 = ip
+		}
+		if ip.Is6() && !id.IPv6.IsValid() {
+			id.IPv6 = ip
+		}
+	}
+	id.RouterID = id.IPv4
+	if s := a.o.Config.BGP.RouterID; s != "" {
+		rid, err := netip.ParseAddr(s)
+		if err != nil {
+			return id, fmt.Errorf("bgp.routerID: %w", err)
+		}
+		id.RouterID = rid
+	}
+	if !id.RouterID.IsValid() {
+		return id, fmt.Errorf("bgp.routerID is not set and no IPv4 InternalIP of this host (node %q) is known from the inventory or its Node: set bgp.routerID or --node-name", a.o.Self)
+	}
+	return id, nil
+}

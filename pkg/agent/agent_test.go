@@ -1,0 +1,160 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
+)
+
+// fakeSpeaker records the latest announcements per source.
+type fakeSpeaker struct {
+	mu      sync.Mutex
+	paths   map[string][]bgp.Path
+	ran     chan struct{}
+	stopped chan struct{}
+}
+
+func newFakeSpeaker() *fakeSpeaker {
+	return &fakeSpeaker{paths: map[string][]bgp.Path{}, ran: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+func (f *fakeSpeaker) Run(ctx context.Context) error {
+	close(f.ran)
+	<-ctx.Done()
+	close(f.stopped)
+	return nil
+}
+
+func (f *fakeSpeaker) Announce(source string, paths []bgp.Path) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.paths[source] = paths
+}
+
+func (f *fakeSpeaker) SetPeers([]config.BGPPeer) error { return nil }
+
+func (f *fakeSpeaker) prefixes(source string) map[string][]netip.Addr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]netip.Addr{}
+	for _, p := range f.paths[source] {
+		out[p.Prefix.String()] = p.NextHops
+	}
+	return out
+}
+
+type fakeMirror struct {
+	mu    sync.Mutex
+	nodes int
+	calls int
+}
+
+func (m *fakeMirror) Reconcile(_ context.Context, nodes []*v1.Node) (routes.Result, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nodes, m.calls = len(nodes), m.calls+1
+	return routes.Result{}, nil
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestAgentAnnouncesAndMirrors(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n1 := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Spec:       v1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24", "fd10:244:1::/64"}},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
+			{Type: v1.NodeInternalIP, Address: "10.0.0.1"}, {Type: v1.NodeInternalIP, Address: "fd00::1"},
+		}, Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}},
+	}
+	svc := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec:       v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer},
+		Status:     v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: "192.0.2.10"}}}},
+	}
+	client := fake.NewClientset(n1, svc)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	sp, mirror := newFakeSpeaker(), &fakeMirror{}
+	cfg := &config.CloudConfig{
+		BGP:          &config.BGPConfig{LocalASN: 65000, RouterID: "10.0.0.1", NextHop: config.NextHopSelf, AnnouncePodCIDRs: true},
+		LoadBalancer: &config.LoadBalancerConfig{Announcer: config.AnnouncerBGP},
+	}
+	var gotID Identity
+	a, err := New(Options{
+		Config: cfg, Self: "n1", Informers: factory, Mirror: mirror,
+		NewSpeaker: func(id Identity) (Speaker, error) { gotID = id; return sp, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+
+	waitUntil(t, "the LB IP to be announced", func() bool { _, ok := sp.prefixes(SourceLoadBalancers)["192.0.2.10/32"]; return ok })
+	if want := (Identity{RouterID: netip.MustParseAddr("10.0.0.1"), IPv4: netip.MustParseAddr("10.0.0.1"), IPv6: netip.MustParseAddr("fd00::1")}); gotID != want {
+		t.Errorf("identity = %+v, want %+v (router ID from bgp.routerID, addresses from the Node)", gotID, want)
+	}
+	waitUntil(t, "pod CIDRs to be announced", func() bool { return len(sp.prefixes(SourcePodCIDRs)) == 2 })
+	if hops := sp.prefixes(SourcePodCIDRs)["fd10:244:1::/64"]; len(hops) != 1 || hops[0] != netip.MustParseAddr("fd00::1") {
+		t.Errorf("IPv6 pod CIDR next hops = %v, want the node's IPv6 InternalIP", hops)
+	}
+	waitUntil(t, "the mirror to see the node", func() bool { mirror.mu.Lock(); defer mirror.mu.Unlock(); return mirror.nodes == 1 })
+
+	// The Service is deleted: its IP is withdrawn.
+	if err := client.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the LB IP to be withdrawn", func() bool { return len(sp.prefixes(SourceLoadBalancers)) == 0 })
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v after cancel, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	select {
+	case <-sp.stopped:
+	default:
+		t.Fatal("Run returned before the speaker stopped (its withdrawals could be lost)")
+	}
+}
+
+func TestRouterIDRequired(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	a, err := New(Options{
+		Config: &config.CloudConfig{BGP: &config.BGPConfig{LocalASN: 65000}}, Self: "missing", Informers: factory,
+		NewSpeaker: func(Identity) (Speaker, error) { return newFakeSpeaker(), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(ctx); err == nil {
+		t.Fatal("Run succeeded without any router ID source, want an error naming bgp.routerID")
+	}
+}

@@ -1,0 +1,244 @@
+package lb
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+)
+
+// Service annotations for announcements.
+const (
+	// AnnotationCommunities adds BGP communities (comma list: ASN:value or a
+	// well-known name) to the Service's announcements, after its pool's.
+	AnnotationCommunities = "baremetal-ccm.io/bgp-communities"
+	// AnnotationLargeCommunities adds BGP large communities (comma list a:b:c).
+	AnnotationLargeCommunities = "baremetal-ccm.io/bgp-large-communities"
+)
+
+// LabelExcludeFromLB is the standard label that keeps a node out of load balancers.
+const LabelExcludeFromLB = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+// Announcement is one prefix to announce: with no NextHops the speaker's own address
+// is the next hop; otherwise one path per next hop (ADD-PATH).
+type Announcement struct {
+	Prefix           netip.Prefix
+	NextHops         []netip.Addr
+	Communities      []string
+	LargeCommunities []string
+	LocalPref        *uint32
+}
+
+// State is what the announcements are computed from: the replica's informer caches.
+type State struct {
+	// Services are all Services; only those Owned with ingress IPs are announced.
+	Services []*v1.Service
+	// EndpointSlices returns the slices of a Service (label kubernetes.io/service-name).
+	EndpointSlices func(namespace, name string) []*discoveryv1.EndpointSlice
+	// Node returns a Node by name.
+	Node func(name string) (*v1.Node, bool)
+	// Nodes are all Nodes (for next-hop mode nodes).
+	Nodes []*v1.Node
+	// Pool returns the pool an IP belongs to.
+	Pool func(netip.Addr) (*config.AddressPool, bool)
+	// NextHop is config.NextHopSelf or config.NextHopNodes.
+	NextHop string
+	// Self is the name of the Node this replica runs on ("" when unknown): in
+	// next-hop mode self, a Service with externalTrafficPolicy Local is announced only
+	// when this node has a ready endpoint of it.
+	Self string
+}
+
+// Problem is a Service whose announcement could not be computed as asked (for
+// example a malformed community annotation); the rest of its announcement proceeds
+// without the bad part.
+type Problem struct {
+	Service *v1.Service
+	Err     error
+}
+
+// Desired computes every announcement, sorted by prefix. It is a pure function of s.
+func Desired(s State) ([]Announcement, []Problem) {
+	var out []Announcement
+	var problems []Problem
+	seen := map[netip.Prefix]int{}
+	for _, svc := range s.Services {
+		if !Owned(svc) || svc.DeletionTimestamp != nil {
+			continue
+		}
+		ips := IngressIPs(svc)
+		if len(ips) == 0 {
+			continue
+		}
+		comms, large, err := serviceCommunities(svc)
+		if err != nil {
+			problems = append(problems, Problem{Service: svc, Err: err})
+		}
+		local := svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+		var ready map[string]bool
+		if local {
+			ready = readyEndpointNodes(s.EndpointSlices(svc.Namespace, svc.Name))
+		}
+		for _, ip := range ips {
+			a := Announcement{Prefix: netip.PrefixFrom(ip, ip.BitLen())}
+			if s.Pool != nil {
+				if p, ok := s.Pool(ip); ok {
+					a.Communities = append(a.Communities, p.Communities...)
+					a.LargeCommunities = append(a.LargeCommunities, p.LargeCommunities...)
+					a.LocalPref = p.LocalPreference
+				}
+			}
+			a.Communities = appendUnique(a.Communities, comms...)
+			a.LargeCommunities = appendUnique(a.LargeCommunities, large...)
+			switch s.NextHop {
+			case config.NextHopNodes:
+				a.NextHops = nodeNextHops(s.Nodes, ip.Is4(), local, ready)
+				if len(a.NextHops) == 0 {
+					continue // no eligible node: announcing would blackhole the traffic
+				}
+			default:
+				if local && !ready[s.Self] {
+					continue // no local endpoint on this host: its kube-proxy would drop the traffic
+				}
+			}
+			if i, dup := seen[a.Prefix]; dup {
+				// a shared IP: one announcement, next hops and communities merged
+				out[i].NextHops = appendUniqueAddr(out[i].NextHops, a.NextHops...)
+				out[i].Communities = appendUnique(out[i].Communities, a.Communities...)
+				out[i].LargeCommunities = appendUnique(out[i].LargeCommunities, a.LargeCommunities...)
+				continue
+			}
+			seen[a.Prefix] = len(out)
+			out = append(out, a)
+		}
+	}
+	for i := range out {
+		slices.SortFunc(out[i].NextHops, func(a, b netip.Addr) int { return a.Compare(b) })
+	}
+	sort.Slice(out, func(i, j int) bool { return prefixLess(out[i].Prefix, out[j].Prefix) })
+	return out, problems
+}
+
+// Eligible reports whether a node may receive load-balancer traffic: Ready, not being
+// deleted, and not labeled node.kubernetes.io/exclude-from-external-load-balancers.
+func Eligible(n *v1.Node) bool {
+	if n.DeletionTimestamp != nil {
+		return false
+	}
+	if _, excluded := n.Labels[LabelExcludeFromLB]; excluded {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func nodeNextHops(nodes []*v1.Node, v4, local bool, ready map[string]bool) []netip.Addr {
+	var hops []netip.Addr
+	for _, n := range nodes {
+		if !Eligible(n) || local && !ready[n.Name] {
+			continue
+		}
+		if ip, ok := InternalIP(n, v4); ok {
+			hops = append(hops, ip)
+		}
+	}
+	return hops
+}
+
+// InternalIP returns the Node's first InternalIP of the family.
+func InternalIP(n *v1.Node, v4 bool) (netip.Addr, bool) {
+	for _, a := range n.Status.Addresses {
+		if a.Type != v1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Unmap().Is4() == v4 {
+			return ip.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// readyEndpointNodes returns the nodes that host a ready endpoint in the slices.
+func readyEndpointNodes(slices []*discoveryv1.EndpointSlice) map[string]bool {
+	nodes := map[string]bool{}
+	for _, sl := range slices {
+		for _, ep := range sl.Endpoints {
+			if ep.NodeName == nil || ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			nodes[*ep.NodeName] = true
+		}
+	}
+	return nodes
+}
+
+func serviceCommunities(svc *v1.Service) (comms, large []string, err error) {
+	var errs []string
+	if v, ok := svc.Annotations[AnnotationCommunities]; ok {
+		for _, c := range splitList(v) {
+			if _, e := config.ParseCommunity(c); e != nil {
+				errs = append(errs, fmt.Sprintf("annotation %s: %v", AnnotationCommunities, e))
+				continue
+			}
+			comms = append(comms, c)
+		}
+	}
+	if v, ok := svc.Annotations[AnnotationLargeCommunities]; ok {
+		for _, c := range splitList(v) {
+			if _, e := config.ParseLargeCommunity(c); e != nil {
+				errs = append(errs, fmt.Sprintf("annotation %s: %v", AnnotationLargeCommunities, e))
+				continue
+			}
+			large = append(large, c)
+		}
+	}
+	if len(errs) > 0 {
+		err = fmt.Errorf("%s (announced without them)", strings.Join(errs, "; "))
+	}
+	return comms, large, err
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func appendUnique(dst []string, vs ...string) []string {
+	for _, v := range vs {
+		if !slices.Contains(dst, v) {
+			dst = append(dst, v)
+		}
+	}
+	return dst
+}
+
+func appendUniqueAddr(dst []netip.Addr, vs ...netip.Addr) []netip.Addr {
+	for _, v := range vs {
+		if !slices.Contains(dst, v) {
+			dst = append(dst, v)
+		}
+	}
+	return dst
+}
+
+func prefixLess(a, b netip.Prefix) bool {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c < 0
+	}
+	return a.Bits() < b.Bits()
+}

@@ -1,0 +1,300 @@
+// Package lb implements LoadBalancer Services for bare metal: cloudprovider.LoadBalancer
+// assigns each Service its IPs from the CloudConfig's pools (package ipam), and the
+// announcement side (Desired) computes the BGP paths every replica's agent announces.
+//
+// IPAM state lives only in the Services themselves (status.loadBalancer.ingress): the
+// allocator is primed from every existing Service before its first allocation, so a
+// restart or a leader change never hands out an IP that is in use.
+package lb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/api"
+	"k8s.io/klog/v2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
+)
+
+// Event reasons recorded on Services.
+const (
+	ReasonInvalidRequest  = "InvalidLoadBalancerRequest"
+	ReasonPoolExhausted   = "AddressPoolExhausted"
+	ReasonIPUnavailable   = "LoadBalancerIPUnavailable"
+	ReasonIPAssigned      = "LoadBalancerIPAssigned"
+	ReasonIPOutsidePools  = "LoadBalancerIPOutsidePools"
+	ReasonPrimingConflict = "LoadBalancerIPConflict"
+	ReasonNotAnnounced    = "LoadBalancerNotAnnounced"
+)
+
+// RetryAfter is how soon a Service waiting for an address (pool exhausted, IP held by
+// another Service) is tried again.
+const RetryAfter = 30 * time.Second
+
+// ErrNotReady is returned while the Service informer has not synced, so the allocator
+// cannot be primed yet.
+var ErrNotReady = errors.New("load balancer IPAM is not primed yet: waiting for the Service informer to sync")
+
+// EventRecorder records events on objects (a subset of record.EventRecorder).
+type EventRecorder interface {
+	Eventf(obj runtime.Object, eventType, reason, format string, args ...any)
+}
+
+// Announcer is told about every Service's addresses after they are assigned and
+// before they are released, for announcers that work through the Service object
+// (metallb.Services).
+type Announcer interface {
+	Ensure(ctx context.Context, svc *v1.Service, ips []netip.Addr) error
+	Delete(ctx context.Context, svc *v1.Service) error
+}
+
+// ErrNotAnnounced, wrapped by an Announcer's error, means the addresses are assigned
+// but cannot be announced as they are (the Service is not failed for it).
+var ErrNotAnnounced = errors.New("assigned but not announceable")
+
+// LoadBalancer is the provider's cloudprovider.LoadBalancer. It is safe for concurrent
+// use by the service controller's workers.
+type LoadBalancer struct {
+	alloc  *ipam.Allocator
+	events EventRecorder
+
+	mu        sync.Mutex
+	announcer Announcer
+	services  corelisters.ServiceLister
+	synced    cache.InformerSynced
+	primed    bool
+}
+
+var _ cloudprovider.LoadBalancer = (*LoadBalancer)(nil)
+
+// New builds the LoadBalancer over validated pools.
+func New(cfg *config.LoadBalancerConfig, events EventRecorder) (*LoadBalancer, error) {
+	alloc, err := ipam.New(cfg.Pools)
+	if err != nil {
+		return nil, err
+	}
+	registerMetrics()
+	return &LoadBalancer{alloc: alloc, events: events}, nil
+}
+
+// Allocator returns the allocator (for metrics and tests).
+func (l *LoadBalancer) Allocator() *ipam.Allocator { return l.alloc }
+
+// SetServices gives the LoadBalancer the Service lister it primes the allocator from.
+// Until it is set and synced, EnsureLoadBalancer allocates nothing.
+func (l *LoadBalancer) SetServices(lister corelisters.ServiceLister, synced cache.InformerSynced) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.services, l.synced = lister, synced
+}
+
+// SetAnnouncer sets the announcer told about every assignment (nil: none).
+func (l *LoadBalancer) SetAnnouncer(a Announcer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.announcer = a
+}
+
+func (l *LoadBalancer) getAnnouncer() Announcer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.announcer
+}
+
+// Owned reports whether svc is a LoadBalancer Service this provider serves: type
+// LoadBalancer without a spec.loadBalancerClass (the service controller skips Services
+// with a class).
+func Owned(svc *v1.Service) bool {
+	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
+}
+
+// prime records, once, every IP the existing Services hold, before the first
+// allocation. Phase one claims each Service's current IPs as they are; only then may
+// anything move, so no Service can be handed an IP another one holds but was not yet
+// seen.
+func (l *LoadBalancer) prime(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.primed {
+		return nil
+	}
+	if l.services == nil || !l.synced() {
+		return api.NewRetryError(ErrNotReady.Error(), time.Second)
+	}
+	svcs, err := l.services.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing Services to prime IPAM: %w", err)
+	}
+	logger := klog.FromContext(ctx)
+	held := 0
+	for _, svc := range svcs {
+		if !Owned(svc) || svc.DeletionTimestamp != nil && len(svc.Finalizers) == 0 {
+			continue
+		}
+		current := IngressIPs(svc)
+		if len(current) == 0 {
+			continue
+		}
+		req, _ := ipam.ParseService(svc) // a bad annotation does not release what it holds
+		if err := l.alloc.Prime(key(svc), req, current); err != nil {
+			logger.Error(err, "Service holds an IP another Service holds too; keeping the first holder", "service", key(svc), "ips", current)
+			l.events.Eventf(svc, v1.EventTypeWarning, ReasonPrimingConflict, "%v", err)
+			continue
+		}
+		held++
+	}
+	l.primed = true
+	logger.Info("IPAM primed from existing Services", "services", held)
+	updateUsage(l.alloc)
+	return nil
+}
+
+// GetLoadBalancer reports the Service's addresses when it has any.
+func (l *LoadBalancer) GetLoadBalancer(ctx context.Context, _ string, svc *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
+	if err := l.prime(ctx); err != nil {
+		return nil, false, err
+	}
+	if a, ok := l.alloc.Assigned(key(svc)); ok && len(a.IPs) > 0 {
+		return status(a.IPs), true, nil
+	}
+	return nil, false, nil
+}
+
+// GetLoadBalancerName returns the framework's default name for the Service.
+func (l *LoadBalancer) GetLoadBalancerName(_ context.Context, _ string, svc *v1.Service) string {
+	return cloudprovider.DefaultLoadBalancerName(svc)
+}
+
+// EnsureLoadBalancer assigns the Service its addresses (keeping those it holds when
+// they still satisfy its request) and returns them as status, one ingress per family
+// with ipMode VIP. A request that cannot be met is an event on the Service naming the
+// cause, and an error: the Service stays pending and nothing else changes.
+func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1.Service, _ []*v1.Node) (*v1.LoadBalancerStatus, error) {
+	if err := l.prime(ctx); err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx).WithValues("service", key(svc))
+	req, err := ipam.ParseService(svc)
+	if err != nil {
+		l.events.Eventf(svc, v1.EventTypeWarning, ReasonInvalidRequest, "%v", err)
+		return nil, err
+	}
+	before, had := l.alloc.Assigned(key(svc))
+	a, err := l.alloc.Assign(key(svc), req, IngressIPs(svc))
+	updateUsage(l.alloc)
+	if err != nil {
+		reason, retry := classify(err)
+		l.events.Eventf(svc, v1.EventTypeWarning, reason, "%v", err)
+		logger.Info("Cannot assign load balancer IPs", "reason", reason, "err", err)
+		if retry {
+			return nil, api.NewRetryError(err.Error(), RetryAfter)
+		}
+		return nil, err
+	}
+	if !had || !sameIPs(before.IPs, a.IPs) {
+		l.events.Eventf(svc, v1.EventTypeNormal, ReasonIPAssigned, "Assigned %v from pool %v", a.IPs, a.Pools)
+		logger.Info("Assigned load balancer IPs", "ips", a.IPs, "pools", a.Pools)
+	}
+	outOfPool.WithLabelValues(svc.Namespace, svc.Name).Set(float64(len(a.OutOfPool)))
+	if len(a.OutOfPool) > 0 {
+		l.events.Eventf(svc, v1.EventTypeWarning, ReasonIPOutsidePools,
+			"%v is in no configured pool any more; it stays assigned. Remove it from status by recreating the Service or add the range back to a pool", a.OutOfPool)
+	}
+	if an := l.getAnnouncer(); an != nil {
+		if err := an.Ensure(ctx, svc, a.IPs); err != nil {
+			if !errors.Is(err, ErrNotAnnounced) {
+				return nil, fmt.Errorf("announcing %v: %w", a.IPs, err)
+			}
+			l.events.Eventf(svc, v1.EventTypeWarning, ReasonNotAnnounced, "%v", err)
+		}
+	}
+	return status(a.IPs), nil
+}
+
+// UpdateLoadBalancer has nothing to do for a node set change: announcements follow
+// nodes and endpoints in every replica's agent.
+func (l *LoadBalancer) UpdateLoadBalancer(context.Context, string, *v1.Service, []*v1.Node) error {
+	return nil
+}
+
+// EnsureLoadBalancerDeleted releases the Service's addresses (a shared address is
+// freed when its last Service goes). The agents withdraw the routes once the status is
+// cleared or the Service is gone.
+func (l *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, _ string, svc *v1.Service) error {
+	if err := l.prime(ctx); err != nil {
+		return err
+	}
+	if an := l.getAnnouncer(); an != nil {
+		if err := an.Delete(ctx, svc); err != nil {
+			return fmt.Errorf("withdrawing the announcement: %w", err)
+		}
+	}
+	if a, ok := l.alloc.Assigned(key(svc)); ok {
+		l.alloc.Release(key(svc))
+		klog.FromContext(ctx).Info("Released load balancer IPs", "service", key(svc), "ips", a.IPs)
+	}
+	outOfPool.DeleteLabelValues(svc.Namespace, svc.Name)
+	updateUsage(l.alloc)
+	return nil
+}
+
+// classify maps an allocation error to an event reason and whether retrying later
+// (without a change to the Service) may succeed.
+func classify(err error) (reason string, retry bool) {
+	switch {
+	case errors.Is(err, ipam.ErrPoolExhausted):
+		return ReasonPoolExhausted, true
+	case errors.Is(err, ipam.ErrIPInUse):
+		return ReasonIPUnavailable, true
+	case errors.Is(err, ipam.ErrSharingConflict):
+		return ReasonIPUnavailable, true
+	default:
+		return ReasonInvalidRequest, false
+	}
+}
+
+func key(svc *v1.Service) string { return svc.Namespace + "/" + svc.Name }
+
+// IngressIPs returns the IPs in the Service's status.
+func IngressIPs(svc *v1.Service) []netip.Addr {
+	var ips []netip.Addr
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if ip, err := netip.ParseAddr(in.IP); err == nil {
+			ips = append(ips, ip.Unmap())
+		}
+	}
+	return ips
+}
+
+func status(ips []netip.Addr) *v1.LoadBalancerStatus {
+	st := &v1.LoadBalancerStatus{}
+	for _, ip := range ips {
+		mode := v1.LoadBalancerIPModeVIP
+		st.Ingress = append(st.Ingress, v1.LoadBalancerIngress{IP: ip.String(), IPMode: &mode})
+	}
+	return st
+}
+
+func sameIPs(a, b []netip.Addr) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

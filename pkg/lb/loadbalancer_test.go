@@ -1,0 +1,215 @@
+package lb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/cloud-provider/api"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+)
+
+type event struct{ typ, reason, msg string }
+
+type recorder struct {
+	mu     sync.Mutex
+	events []event
+}
+
+func (r *recorder) Eventf(_ runtime.Object, typ, reason, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, event{typ, reason, fmt.Sprintf(format, args...)})
+}
+
+func (r *recorder) last() event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.events) == 0 {
+		return event{}
+	}
+	return r.events[len(r.events)-1]
+}
+
+// newLB builds a LoadBalancer over a 4-address pool, primed from existing.
+func newLB(t *testing.T, existing ...*v1.Service) (*LoadBalancer, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	l, err := New(&config.LoadBalancerConfig{Announcer: config.AnnouncerBGP, Pools: []config.AddressPool{
+		{Name: "small", Addresses: []string{"192.0.2.1-192.0.2.4"}},
+	}}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, s := range existing {
+		if err := idx.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.SetServices(corelisters.NewServiceLister(idx), func() bool { return true })
+	return l, rec
+}
+
+func svc(name string, ips ...string) *v1.Service {
+	s := lbService("default", name, v1.ServiceExternalTrafficPolicyCluster, ips...)
+	s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol}
+	s.Spec.Ports = []v1.ServicePort{{Protocol: v1.ProtocolTCP, Port: 80}}
+	return s
+}
+
+func ingressIPs(st *v1.LoadBalancerStatus) []string {
+	var out []string
+	for _, in := range st.Ingress {
+		out = append(out, in.IP)
+	}
+	return out
+}
+
+func TestEnsureLoadBalancer(t *testing.T) {
+	ctx := context.Background()
+	l, rec := newLB(t)
+	st, err := l.EnsureLoadBalancer(ctx, "c", svc("a"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Ingress) != 1 || st.Ingress[0].IPMode == nil || *st.Ingress[0].IPMode != v1.LoadBalancerIPModeVIP {
+		t.Fatalf("status = %+v, want one ingress with ipMode VIP", st)
+	}
+	if e := rec.last(); e.reason != ReasonIPAssigned {
+		t.Errorf("last event = %+v, want %s", e, ReasonIPAssigned)
+	}
+	// Idempotent: the same call (now with the IP in status) keeps it.
+	again := svc("a", ingressIPs(st)...)
+	st2, err := l.EnsureLoadBalancer(ctx, "c", again, nil)
+	if err != nil || ingressIPs(st2)[0] != ingressIPs(st)[0] {
+		t.Fatalf("second Ensure = %v, %v; want the same IP %v", st2, err, ingressIPs(st))
+	}
+	got, exists, err := l.GetLoadBalancer(ctx, "c", again)
+	if err != nil || !exists || ingressIPs(got)[0] != ingressIPs(st)[0] {
+		t.Fatalf("GetLoadBalancer = %v, %v, %v", got, exists, err)
+	}
+	if err := l.EnsureLoadBalancerDeleted(ctx, "c", again); err != nil {
+		t.Fatal(err)
+	}
+	if _, exists, _ := l.GetLoadBalancer(ctx, "c", again); exists {
+		t.Fatal("GetLoadBalancer after delete: exists, want released")
+	}
+}
+
+func TestEnsureLoadBalancerUserErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		mutate    func(*v1.Service)
+		reason    string
+		retryable bool
+		mention   string
+	}{
+		{"unknown pool", func(s *v1.Service) { s.Annotations = map[string]string{"baremetal-ccm.io/address-pool": "nope"} }, ReasonInvalidRequest, false, "nope"},
+		{"IP outside pools", func(s *v1.Service) {
+			s.Annotations = map[string]string{"baremetal-ccm.io/load-balancer-ips": "198.51.100.1"}
+		}, ReasonInvalidRequest, false, "198.51.100.1"},
+		{"malformed IP", func(s *v1.Service) {
+			s.Annotations = map[string]string{"baremetal-ccm.io/load-balancer-ips": "10.0.0.300"}
+		}, ReasonInvalidRequest, false, "10.0.0.300"},
+		{"IP taken", func(s *v1.Service) {
+			s.Annotations = map[string]string{"baremetal-ccm.io/load-balancer-ips": "192.0.2.1"}
+		}, ReasonIPUnavailable, true, "192.0.2.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			holder := svc("holder", "192.0.2.1")
+			l, rec := newLB(t, holder)
+			s := svc("x")
+			tc.mutate(s)
+			st, err := l.EnsureLoadBalancer(ctx, "c", s, nil)
+			if err == nil {
+				t.Fatalf("Ensure = %v, want an error", st)
+			}
+			var re *api.RetryError
+			if errors.As(err, &re) != tc.retryable {
+				t.Errorf("error %v: RetryError = %v, want %v", err, !tc.retryable, tc.retryable)
+			}
+			e := rec.last()
+			if e.typ != v1.EventTypeWarning || e.reason != tc.reason || !strings.Contains(e.msg, tc.mention) {
+				t.Errorf("event = %+v, want a Warning %s naming %q", e, tc.reason, tc.mention)
+			}
+			// Nothing else disturbed: the holder keeps its IP.
+			if a, ok := l.Allocator().Assigned("default/holder"); !ok || a.IPs[0].String() != "192.0.2.1" {
+				t.Errorf("holder's assignment = %v, %v; want 192.0.2.1 untouched", a, ok)
+			}
+		})
+	}
+}
+
+func TestExhaustedPoolIsRetried(t *testing.T) {
+	ctx := context.Background()
+	var existing []*v1.Service
+	for i := 1; i <= 4; i++ {
+		existing = append(existing, svc(fmt.Sprintf("s%d", i), fmt.Sprintf("192.0.2.%d", i)))
+	}
+	l, rec := newLB(t, existing...)
+	_, err := l.EnsureLoadBalancer(ctx, "c", svc("late"), nil)
+	var re *api.RetryError
+	if !errors.As(err, &re) || re.RetryAfter() != RetryAfter {
+		t.Fatalf("Ensure on a full pool = %v, want a RetryError after %v", err, RetryAfter)
+	}
+	if e := rec.last(); e.reason != ReasonPoolExhausted || !strings.Contains(e.msg, "small") {
+		t.Errorf("event = %+v, want %s naming the pool", e, ReasonPoolExhausted)
+	}
+	// A Service goes away: the waiting one gets its address.
+	if err := l.EnsureLoadBalancerDeleted(ctx, "c", existing[2]); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.EnsureLoadBalancer(ctx, "c", svc("late"), nil)
+	if err != nil || ingressIPs(st)[0] != "192.0.2.3" {
+		t.Fatalf("Ensure after a release = %v, %v; want 192.0.2.3", st, err)
+	}
+}
+
+// TestPrimingBeforeFirstAllocation: after a restart, a Service whose request changed
+// while the CCM was down must not be handed an IP another Service holds, whatever the
+// order the controller visits them in.
+func TestPrimingBeforeFirstAllocation(t *testing.T) {
+	ctx := context.Background()
+	a := svc("a", "192.0.2.1")
+	b := svc("b", "192.0.2.2")
+	moved := svc("moved", "192.0.2.3")
+	moved.Annotations = map[string]string{"baremetal-ccm.io/load-balancer-ips": "192.0.2.2"} // wants b's IP
+	l, _ := newLB(t, a, b, moved)
+	if _, err := l.EnsureLoadBalancer(ctx, "c", moved, nil); err == nil {
+		t.Fatal("Ensure handed out 192.0.2.2, which default/b holds")
+	}
+	st, err := l.EnsureLoadBalancer(ctx, "c", b, nil)
+	if err != nil || ingressIPs(st)[0] != "192.0.2.2" {
+		t.Fatalf("b after restart = %v, %v; want its own 192.0.2.2", st, err)
+	}
+	fresh, err := l.EnsureLoadBalancer(ctx, "c", svc("fresh"), nil)
+	if err != nil || ingressIPs(fresh)[0] != "192.0.2.4" {
+		t.Fatalf("new Service = %v, %v; want the only free address 192.0.2.4", fresh, err)
+	}
+}
+
+func TestNotPrimedUntilSynced(t *testing.T) {
+	l, err := New(&config.LoadBalancerConfig{Pools: []config.AddressPool{{Name: "p", Addresses: []string{"192.0.2.0/30"}}}}, &recorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.EnsureLoadBalancer(context.Background(), "c", svc("a"), nil)
+	var re *api.RetryError
+	if !errors.As(err, &re) {
+		t.Fatalf("Ensure without a synced Service informer = %v, want a RetryError", err)
+	}
+	l.SetServices(corelisters.NewServiceLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})), func() bool { return false })
+	if _, err = l.EnsureLoadBalancer(context.Background(), "c", svc("a"), nil); !errors.As(err, &re) {
+		t.Fatalf("Ensure before the informer synced = %v, want a RetryError", err)
+	}
+}

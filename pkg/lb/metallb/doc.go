@@ -1,0 +1,24 @@
+// Package metallb is the "metallb" LoadBalancer announcer: the CCM keeps doing IPAM and
+// Service status, and existing MetalLB speakers announce the IPs. It has three parts:
+//
+//   - Objects, a pure function from the CloudConfig and the inventory to the metallb.io
+//     objects (and the password Secrets) that make MetalLB announce the CCM's pools;
+//   - Reconciler, run on the elected leader, which applies those objects with the
+//     dynamic client, garbage-collects the ones it owns that are no longer generated,
+//     and never touches an object it does not own;
+//   - Services, which the LoadBalancer implementation calls to set MetalLB's Service
+//     annotations (metallb.io/loadBalancerIPs, metallb.io/address-pool,
+//     metallb.io/allow-shared-ip) to exactly what the CCM allocated.
+//
+// Ownership: every object this package writes carries the label
+// app.kubernetes.io/managed-by=baremetal-ccm and a name starting with baremetal-ccm-.
+// Only objects carrying the label are updated or deleted; an object with one of our
+// names but without the label is a conflict (an error and a Warning event on it), never
+// an overwrite.
+//
+// Only MetalLB's api/v1beta1 and api/v1beta2 packages are imported (they pull in
+// controller-runtime's scheme and conversion packages, not its client).
+//
+// See docs/metallb.md for the operator's side: MetalLB settings, which objects appear,
+// and the ownership rules.
+package metallb

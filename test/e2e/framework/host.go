@@ -1,0 +1,184 @@
+package framework
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Host is a network namespace standing for another machine: its own interfaces and
+// kernel routing tables. A veth pair joins it to the root namespace (HostAddr inside,
+// RootAddr outside, a /30 of 10.254.0.0/16); the kube-apiserver, which listens on the
+// root namespace's loopback, is reached from inside through a TCP proxy the test runs
+// on RootAddr. Everything is removed when the test ends: the proxy, the namespace and
+// the veth pair (only those this Host created).
+type Host struct {
+	// Name of the network namespace.
+	Name string
+	// HostAddr is the namespace's end of the veth pair; RootAddr the root's.
+	HostAddr, RootAddr netip.Addr
+	// Kubeconfig is the CCM's kubeconfig (the packaged RBAC's ServiceAccount) pointing
+	// at the proxy.
+	Kubeconfig string
+}
+
+// NewHost creates the namespace. It skips the test when not running as root.
+func NewHost(t testing.TB, cp *ControlPlane) *Host {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a network namespace and a veth pair")
+	}
+	var h *Host
+	for attempt := 0; attempt < 20 && h == nil; attempt++ {
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		idx := int(b[0])%250 + 1
+		sub := int(b[1]) % 64 * 4
+		name := "bccm-host-" + hex.EncodeToString(b[:])
+		if err := run("ip", "netns", "add", name); err != nil {
+			continue
+		}
+		h = &Host{Name: name,
+			RootAddr: netip.AddrFrom4([4]byte{10, 254, byte(idx), byte(sub + 1)}),
+			HostAddr: netip.AddrFrom4([4]byte{10, 254, byte(idx), byte(sub + 2)}),
+		}
+		root := "bh" + hex.EncodeToString(b[:]) // <= 15 characters
+		t.Cleanup(func() {
+			_ = run("ip", "link", "del", root)
+			_ = run("ip", "netns", "del", name)
+		})
+		if err := run("ip", "link", "add", root, "type", "veth", "peer", "name", "uplink", "netns", name); err != nil {
+			t.Fatalf("NewHost: %v", err)
+		}
+		for _, args := range [][]string{
+			{"ip", "addr", "add", h.RootAddr.String() + "/30", "dev", root},
+			{"ip", "link", "set", root, "up"},
+			{"ip", "-n", name, "addr", "add", h.HostAddr.String() + "/30", "dev", "uplink"},
+			{"ip", "-n", name, "link", "set", "uplink", "up"},
+			{"ip", "-n", name, "link", "set", "lo", "up"},
+		} {
+			if err := run(args...); err != nil {
+				// the subnet is taken by another Host: try another
+				if strings.Contains(err.Error(), "File exists") {
+					h = nil
+					break
+				}
+				t.Fatalf("NewHost: %v", err)
+			}
+		}
+	}
+	if h == nil {
+		t.Fatal("NewHost: no free namespace name and subnet after 20 attempts")
+	}
+	h.startProxy(t, cp)
+	return h
+}
+
+// Exec runs a command inside the namespace (ip netns exec) and returns its output.
+func (h *Host) Exec(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Name}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("ip netns exec %s %s: %w: %s", h.Name, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// startProxy forwards RootAddr:<port> to the API server and writes Kubeconfig: the
+// CCM's kubeconfig with that server and the API server's own name for TLS
+// verification.
+func (h *Host) startProxy(t testing.TB, cp *ControlPlane) {
+	t.Helper()
+	api, err := url.Parse(cp.RESTConfig.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(h.RootAddr.String(), "0"))
+	if err != nil {
+		t.Fatalf("NewHost: proxy: %v", err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	track := func(c net.Conn, add bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if add {
+			conns[c] = true
+		} else {
+			delete(conns, c)
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				up, err := net.DialTimeout("tcp", api.Host, 5*time.Second)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				track(c, true)
+				track(up, true)
+				defer track(c, false)
+				defer track(up, false)
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+
+	kc, err := clientcmd.LoadFromFile(CCMKubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range kc.Clusters {
+		cl.Server = "https://" + ln.Addr().String()
+		cl.TLSServerName = api.Hostname()
+	}
+	h.Kubeconfig = filepath.Join(t.TempDir(), "ccm-"+h.Name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, h.Kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func run(args ...string) error {
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return errors.New(strings.TrimSpace(fmt.Sprintf("%s: %v: %s", strings.Join(args, " "), err, out)))
+	}
+	return nil
+}
