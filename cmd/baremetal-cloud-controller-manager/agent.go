@@ -7,6 +7,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -40,14 +42,21 @@ func (f *agentFlags) addTo(fs *pflag.FlagSet) {
 // replica, leader or not, when the CloudConfig asks for any of it. The returned
 // channel closes when the agent has stopped and withdrawn its routes.
 func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.Cloud, f *agentFlags) (<-chan struct{}, error) {
-	done := make(chan struct{})
 	cfg := cloud.Config()
 	if cfg.BGP == nil && cfg.Routes == nil {
+		done := make(chan struct{})
 		close(done)
 		return done, nil
 	}
+	return runAgent(ctx, c.ClientBuilder.ClientOrDie("baremetal-ccm-agent"), c.SharedInformers, cloud, f.nodeName)
+}
+
+// runAgent starts the agent with client and factory (which it starts) and returns a
+// channel closed when it has stopped. An agent that cannot run exits the process.
+func runAgent(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, cloud *provider.Cloud, nodeName string) (<-chan struct{}, error) {
+	done := make(chan struct{})
+	cfg := cloud.Config()
 	logger := klog.FromContext(ctx).WithName("agent")
-	client := c.ClientBuilder.ClientOrDie("baremetal-ccm-agent")
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: provider.EventSource})
@@ -57,13 +66,13 @@ func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.
 	cloud.Start(ctx)
 	opts := agent.Options{
 		Config:    cfg,
-		Self:      f.nodeName,
-		Informers: c.SharedInformers,
+		Self:      nodeName,
+		Informers: factory,
 		Inventory: cloud.Store(),
 		Events:    recorder,
 	}
 	if k := cloud.Kernel(); k != nil && cfg.Routes.MirrorEnabled() {
-		opts.Mirror = routes.NewMirror(k, routes.MirrorOptions{NodeName: f.nodeName})
+		opts.Mirror = routes.NewMirror(k, routes.MirrorOptions{NodeName: nodeName})
 		if d := cfg.Routes.ResyncInterval; d != nil {
 			opts.ResyncInterval = d.Duration
 		}

@@ -37,6 +37,9 @@ func main() {
 		fmt.Println(version.String(program))
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		os.Exit(runAgentMode(os.Args[2:], os.Stderr))
+	}
 	opts, err := options.NewCloudControllerManagerOptions()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)

@@ -346,7 +346,7 @@ func TestLoadBalancerNodeNextHops(t *testing.T) {
 	// The endpoint on node 1 becomes ready, one on node 2 appears: three paths.
 	slice.Endpoints[1].Conditions.Ready = ptr.To(true)
 	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.244.2.10"}, NodeName: ptr.To(nodes[2]), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
-	if slice, err = l.cp.Client.DiscoveryV1().EndpointSlices(l.ns).Update(l.ctx, slice, metav1.UpdateOptions{}); err != nil {
+	if _, err = l.cp.Client.DiscoveryV1().EndpointSlices(l.ns).Update(l.ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	l.waitPaths(ip, nil, []netip.Addr{l.router.NodeAddr(0, false), l.router.NodeAddr(1, false), l.router.NodeAddr(2, false)})

@@ -23,7 +23,8 @@ import (
 // host whose uplink is on the router's subnet. Nodes with pod CIDRs get routes in that
 // host's kernel (none to the host itself), NetworkUnavailable=False, and their pod
 // CIDRs in BIRD's table with the Node as next hop; a route deleted by hand comes back;
-// a deleted Node's routes go everywhere.
+// a worker host running the agent alone mirrors the routes too; a deleted Node's
+// routes go everywhere.
 func TestPodCIDRRoutes(t *testing.T) {
 	l := newLabNoCCM(t)
 	h := framework.NewHost(t, l.cp)
@@ -87,7 +88,7 @@ bgp:
 		"10.244.1.0/24": r.NodeAddr(1, false).String(),
 		"10.244.2.0/24": r.NodeAddr(2, false).String(),
 	}
-	waitKernel := func(what string, want map[string]string, absent ...string) {
+	waitKernelOf := func(h *framework.Host, what string, want map[string]string, absent ...string) {
 		t.Helper()
 		err := framework.WaitFor(l.ctx, 60*time.Second, what, func(ctx context.Context) (bool, error) {
 			out, err := h.Exec(ctx, "ip", "route", "show", "proto", "196")
@@ -110,6 +111,10 @@ bgp:
 			out, _ := h.Exec(context.Background(), "ip", "route")
 			t.Fatalf("%v; the host's routes:\n%s", err, out)
 		}
+	}
+	waitKernel := func(what string, want map[string]string, absent ...string) {
+		t.Helper()
+		waitKernelOf(h, what, want, absent...)
 	}
 	waitKernel("pod-CIDR routes in the host's kernel (none to itself)", want, "10.244.0.0/24")
 
@@ -149,6 +154,36 @@ bgp:
 	}
 	waitKernel("the deleted route restored", want)
 
+	// A worker host runs the agent alone (routes only, no BGP): its kernel gets every
+	// other Node's routes. An interface on the router's subnet (one end of a veth pair
+	// inside the worker) makes the node addresses on-link there.
+	w := framework.NewHost(t, l.cp)
+	for _, args := range [][]string{
+		{"ip", "link", "add", "fabric0", "type", "veth", "peer", "name", "fabric1"},
+		{"ip", "addr", "add", r.NodeAddr(1, false).String() + "/24", "dev", "fabric0"},
+		{"ip", "link", "set", "fabric1", "up"},
+		{"ip", "link", "set", "fabric0", "up"},
+	} {
+		if _, err := w.Exec(l.ctx, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agentCfg := filepath.Join(l.dir, "cloud-config-agent.yaml")
+	writeFile(t, agentCfg, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
+kind: CloudConfig
+inventory:
+  file: {path: %s, pollInterval: 1s}
+  deletionGuard: {acknowledgeFile: %s}
+routes:
+  resyncInterval: 2s
+`, l.inventory, l.ack))
+	agent := framework.StartAgentIn(t, w, agentCfg, nodes[1])
+	workerWant := map[string]string{
+		"10.244.0.0/24": r.NodeAddr(0, false).String(),
+		"10.244.2.0/24": r.NodeAddr(2, false).String(),
+	}
+	waitKernelOf(w, "the worker's kernel mirroring the other Nodes' routes", workerWant, "10.244.1.0/24")
+
 	// A foreign route in the same table is never touched.
 	if _, err := h.Exec(l.ctx, "ip", "route", "add", "10.244.200.0/24", "via", r.NodeAddr(5, false).String(), "proto", "static"); err != nil {
 		t.Fatal(err)
@@ -160,6 +195,11 @@ bgp:
 	}
 	delete(want, "10.244.2.0/24")
 	waitKernel("the deleted Node's route removed", want, "10.244.2.0/24")
+	delete(workerWant, "10.244.2.0/24")
+	waitKernelOf(w, "the deleted Node's route removed from the worker", workerWant, "10.244.2.0/24")
+	if err := agent.Stop(); err != nil {
+		t.Errorf("agent after SIGTERM: %v, want a clean exit", err)
+	}
 	waitBird("10.244.2.0/24", netip.Addr{}, false)
 	if out, err := h.Exec(l.ctx, "ip", "route", "show", "10.244.200.0/24"); err != nil || !strings.Contains(out, "proto static") {
 		t.Errorf("the foreign static route was touched: %q, %v", out, err)

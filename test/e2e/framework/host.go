@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,4 +182,72 @@ func run(args ...string) error {
 		return errors.New(strings.TrimSpace(fmt.Sprintf("%s: %v: %s", strings.Join(args, " "), err, out)))
 	}
 	return nil
+}
+
+// Agent is a `baremetal-cloud-controller-manager agent` process in a Host.
+type Agent struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+// StartAgentIn starts the CCM binary's agent mode in h's namespace, with h's
+// kubeconfig and the given CloudConfig and node name. It is stopped (SIGTERM) when the
+// test ends; if the test failed, its log's tail is printed.
+func StartAgentIn(t testing.TB, h *Host, cloudConfigPath, nodeName string, extraArgs ...string) *Agent {
+	t.Helper()
+	a := &Agent{log: filepath.Join(t.TempDir(), "agent.log"), done: make(chan struct{})}
+	logf, err := os.Create(a.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	args := append([]string{"netns", "exec", h.Name, CCMBinary(), "agent",
+		"--kubeconfig=" + h.Kubeconfig, "--cloud-config=" + cloudConfigPath, "--node-name=" + nodeName, "--v=4"}, extraArgs...)
+	a.cmd = exec.Command("ip", args...)
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	a.cmd.SysProcAttr = procAttr()
+	if err := a.cmd.Start(); err != nil {
+		t.Fatalf("StartAgentIn: %v", err)
+	}
+	go func() {
+		a.err = a.cmd.Wait()
+		close(a.done)
+	}()
+	t.Logf("agent pid %d started in %s, log %s", a.cmd.Process.Pid, h.Name, a.log)
+	t.Cleanup(func() {
+		a.Stop()
+		if t.Failed() {
+			t.Logf("last lines of agent log %s:\n%s", a.log, tail(a.Log(), 80))
+		}
+	})
+	return a
+}
+
+// Stop sends SIGTERM and waits up to 10 s, then kills the process. It returns how
+// the process exited.
+func (a *Agent) Stop() error {
+	select {
+	case <-a.done:
+		return a.err
+	default:
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	}
+	return a.err
+}
+
+// Log returns the process's output so far.
+func (a *Agent) Log() string {
+	data, err := os.ReadFile(a.log)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", a.log, err)
+	}
+	return string(data)
 }
