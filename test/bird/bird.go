@@ -54,6 +54,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baremetal-ccm/baremetal-ccm/test/internal/childproc"
 )
 
 // Options configure a Router. Zero values pick the defaults.
@@ -222,7 +224,7 @@ func start(ctx context.Context, opts Options) (*Router, error) {
 	defer logf.Close()
 	r.cmd = exec.Command("ip", "netns", "exec", r.Namespace, "bird", "-f", "-c", filepath.Join(dir, "bird.conf"), "-s", r.ctl)
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
-	if err := startProcess(r.cmd); err != nil {
+	if err := childproc.Start(r.cmd); err != nil {
 		return r, fmt.Errorf("bird: start: %w", err)
 	}
 	go func() { _ = r.cmd.Wait(); close(r.done) }()

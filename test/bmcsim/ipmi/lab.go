@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/baremetal-ccm/baremetal-ccm/test/internal/childproc"
 )
 
 //go:embed chassis.sh
@@ -537,7 +539,7 @@ func (b *BMC) spawnAndBind(ctx context.Context) (*process, error) {
 	cmd.Dir = b.dir
 	cmd.Stdout = log
 	cmd.Stderr = log
-	if err := startProcess(cmd); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("ipmi: %s: start ipmi_sim: %w", b.name, err)
 	}
 	p := &process{cmd: cmd, done: make(chan struct{})}

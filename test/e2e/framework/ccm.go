@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baremetal-ccm/baremetal-ccm/test/internal/childproc"
 )
 
 // CCM is a baremetal-cloud-controller-manager process started by StartCCM.
@@ -125,8 +127,7 @@ func startCCM(t testing.TB, cp *ControlPlane, binary string, env, wrapper []stri
 	c.cmd = exec.Command(argv[0], argv[1:]...)
 	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
-	c.cmd.SysProcAttr = procAttr()
-	if err := c.cmd.Start(); err != nil {
+	if err := childproc.Start(c.cmd); err != nil {
 		t.Fatalf("StartCCM: starting %s: %v", binary, err)
 	}
 	go func() {

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/baremetal-ccm/baremetal-ccm/test/internal/childproc"
 )
 
 // Host is a network namespace standing for another machine: its own interfaces and
@@ -207,8 +209,7 @@ func StartAgentIn(t testing.TB, h *Host, cloudConfigPath, nodeName string, extra
 		"--kubeconfig=" + h.Kubeconfig, "--cloud-config=" + cloudConfigPath, "--node-name=" + nodeName, "--v=4"}, extraArgs...)
 	a.cmd = exec.Command("ip", args...)
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
-	a.cmd.SysProcAttr = procAttr()
-	if err := a.cmd.Start(); err != nil {
+	if err := childproc.Start(a.cmd); err != nil {
 		t.Fatalf("StartAgentIn: %v", err)
 	}
 	go func() {
