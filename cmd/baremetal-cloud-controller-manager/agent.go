@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -94,7 +95,7 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 	go func() {
 		defer close(done)
 		defer broadcaster.Shutdown()
-		if err := a.Run(klog.NewContext(ctx, logger)); err != nil {
+		if err := a.Run(klog.NewContext(ctx, logger)); err != nil && !errors.Is(err, context.Canceled) {
 			logger.Error(err, "Agent stopped")
 			fmt.Fprintf(os.Stderr, "%s: agent: %v\n", program, err)
 			os.Exit(1)

@@ -32,6 +32,10 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
 )
 
+// ReasonAnnouncementProblem is the event reason for a Service the agent cannot
+// announce as asked (a malformed community annotation, an IP in no pool).
+const ReasonAnnouncementProblem = "AnnouncementProblem"
+
 // Announcement sources, as given to the speaker.
 const (
 	SourceLoadBalancers = "lb"
@@ -267,7 +271,7 @@ func (a *Agent) reportProblems(ctx context.Context, problems []lb.Problem) {
 		if changed {
 			klog.FromContext(ctx).Info("Service announcement problem", "service", k, "err", msg)
 			if a.o.Events != nil {
-				a.o.Events.Eventf(p.Service, v1.EventTypeWarning, "InvalidAnnouncement", "%s", msg)
+				a.o.Events.Eventf(p.Service, v1.EventTypeWarning, ReasonAnnouncementProblem, "%s", msg)
 			}
 		}
 	}

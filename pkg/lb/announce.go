@@ -45,7 +45,8 @@ type State struct {
 	Node func(name string) (*v1.Node, bool)
 	// Nodes are all Nodes (for next-hop mode nodes).
 	Nodes []*v1.Node
-	// Pool returns the pool an IP belongs to.
+	// Pool returns the pool an IP belongs to. When set, an IP in no pool (its pool
+	// was removed or shrunk) is not announced.
 	Pool func(netip.Addr) (*config.AddressPool, bool)
 	// NextHop is config.NextHopSelf or config.NextHopNodes.
 	NextHop string
@@ -88,11 +89,16 @@ func Desired(s State) ([]Announcement, []Problem) {
 		for _, ip := range ips {
 			a := Announcement{Prefix: netip.PrefixFrom(ip, ip.BitLen())}
 			if s.Pool != nil {
-				if p, ok := s.Pool(ip); ok {
-					a.Communities = append(a.Communities, p.Communities...)
-					a.LargeCommunities = append(a.LargeCommunities, p.LargeCommunities...)
-					a.LocalPref = p.LocalPreference
+				p, ok := s.Pool(ip)
+				if !ok {
+					// The pool was removed or shrunk: the Service keeps its status (the
+					// leader reports it), but the address is no longer announced.
+					problems = append(problems, Problem{Service: svc, Err: fmt.Errorf("%v is in no configured pool: not announced", ip)})
+					continue
 				}
+				a.Communities = append(a.Communities, p.Communities...)
+				a.LargeCommunities = append(a.LargeCommunities, p.LargeCommunities...)
+				a.LocalPref = p.LocalPreference
 			}
 			a.Communities = appendUnique(a.Communities, comms...)
 			a.LargeCommunities = appendUnique(a.LargeCommunities, large...)

@@ -62,7 +62,7 @@ func addrs(ss ...string) []netip.Addr {
 func TestDesired(t *testing.T) {
 	pool := &config.AddressPool{Name: "public", Communities: []string{"65000:100"}, LargeCommunities: []string{"65000:1:2"}, LocalPreference: ptr.To[uint32](200)}
 	poolOf := func(ip netip.Addr) (*config.AddressPool, bool) {
-		if netip.MustParsePrefix("192.0.2.0/24").Contains(ip) {
+		if netip.MustParsePrefix("192.0.2.0/24").Contains(ip) || netip.MustParsePrefix("2001:db8::/64").Contains(ip) || ip == netip.MustParseAddr("198.51.100.7") {
 			return pool, true
 		}
 		return nil, false
@@ -77,12 +77,14 @@ func TestDesired(t *testing.T) {
 	withClass.Spec.LoadBalancerClass = ptr.To("example.com/other")
 	annotated := lbService("default", "annotated", v1.ServiceExternalTrafficPolicyCluster, "198.51.100.7")
 	annotated.Annotations = map[string]string{AnnotationCommunities: "65000:7, bogus", AnnotationLargeCommunities: "1:2:3"}
+	orphan := lbService("default", "orphan", v1.ServiceExternalTrafficPolicyCluster, "203.0.113.5") // its pool was removed
 	services := []*v1.Service{
 		lbService("default", "web", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.10", "2001:db8::10"),
 		lbService("default", "local", v1.ServiceExternalTrafficPolicyLocal, "192.0.2.11"),
 		lbService("default", "pending", v1.ServiceExternalTrafficPolicyCluster),
 		withClass,
 		annotated,
+		orphan,
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "clusterip"}, Spec: v1.ServiceSpec{Type: v1.ServiceTypeClusterIP}},
 	}
 	state := func(mode, self string) State {
@@ -111,11 +113,12 @@ func TestDesired(t *testing.T) {
 			t.Errorf("web announcement = %+v, want self next hop with the pool's community and local preference", web)
 		}
 		a := prefixes["198.51.100.7/32"]
-		if !reflect.DeepEqual(a.Communities, []string{"65000:7"}) || !reflect.DeepEqual(a.LargeCommunities, []string{"1:2:3"}) {
-			t.Errorf("annotated announcement = %+v, want the valid annotation communities only", a)
+		if !reflect.DeepEqual(a.Communities, []string{"65000:100", "65000:7"}) || !reflect.DeepEqual(a.LargeCommunities, []string{"65000:1:2", "1:2:3"}) {
+			t.Errorf("annotated announcement = %+v, want the pool's and the valid annotation communities", a)
 		}
-		if len(problems) != 1 || problems[0].Service != annotated || !strings.Contains(problems[0].Err.Error(), `"bogus"`) {
-			t.Errorf("problems = %v, want one naming the bad community of default/annotated", problems)
+		if len(problems) != 2 || problems[0].Service != annotated || !strings.Contains(problems[0].Err.Error(), `"bogus"`) ||
+			problems[1].Service != orphan || !strings.Contains(problems[1].Err.Error(), "203.0.113.5 is in no configured pool") {
+			t.Errorf("problems = %v, want the bad community of default/annotated and the pool-less IP of default/orphan", problems)
 		}
 	})
 

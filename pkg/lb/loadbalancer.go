@@ -195,6 +195,9 @@ func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 	a, err := l.alloc.Assign(key(svc), req, IngressIPs(svc))
 	updateUsage(l.alloc)
 	if err != nil {
+		if held, ok := l.alloc.Assigned(key(svc)); ok {
+			l.reportOutOfPool(svc, held.OutOfPool) // what it keeps while its request fails
+		}
 		reason, retry := classify(err)
 		l.events.Eventf(svc, v1.EventTypeWarning, reason, "%v", err)
 		logger.Info("Cannot assign load balancer IPs", "reason", reason, "err", err)
@@ -207,11 +210,7 @@ func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 		l.events.Eventf(svc, v1.EventTypeNormal, ReasonIPAssigned, "Assigned %v from pool %v", a.IPs, a.Pools)
 		logger.Info("Assigned load balancer IPs", "ips", a.IPs, "pools", a.Pools)
 	}
-	outOfPool.WithLabelValues(svc.Namespace, svc.Name).Set(float64(len(a.OutOfPool)))
-	if len(a.OutOfPool) > 0 {
-		l.events.Eventf(svc, v1.EventTypeWarning, ReasonIPOutsidePools,
-			"%v is in no configured pool any more; it stays assigned. Remove it from status by recreating the Service or add the range back to a pool", a.OutOfPool)
-	}
+	l.reportOutOfPool(svc, a.OutOfPool)
 	if an := l.getAnnouncer(); an != nil {
 		if err := an.Ensure(ctx, svc, a.IPs); err != nil {
 			if !errors.Is(err, ErrNotAnnounced) {
@@ -221,6 +220,16 @@ func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 		}
 	}
 	return status(a.IPs), nil
+}
+
+// reportOutOfPool sets the Service's out-of-pool metric and records an event when it
+// holds IPs no pool contains.
+func (l *LoadBalancer) reportOutOfPool(svc *v1.Service, ips []netip.Addr) {
+	outOfPool.WithLabelValues(svc.Namespace, svc.Name).Set(float64(len(ips)))
+	if len(ips) > 0 {
+		l.events.Eventf(svc, v1.EventTypeWarning, ReasonIPOutsidePools,
+			"%v is in no configured pool any more: it stays assigned but is not announced. Add the range back to a pool, or recreate the Service to get an address from the current pools", ips)
+	}
 }
 
 // UpdateLoadBalancer has nothing to do for a node set change: announcements follow

@@ -31,6 +31,7 @@ type lbLab struct {
 	ns     string
 	lease  string
 	ccms   []*framework.CCM
+	pools  string // the loadBalancer.pools section
 }
 
 const lbPools = `  pools:
@@ -46,7 +47,7 @@ const lbPools = `  pools:
 func newLBLab(t *testing.T, speakers int, hosts ...host) *lbLab {
 	t.Helper()
 	r := bird.Start(t, bird.Options{Speakers: make([]bird.Speaker, speakers)})
-	l := &lbLab{lab: newLabNoCCM(t, hosts...), router: r, ns: "lb-" + rand.String(6), lease: "bccm-lb-" + rand.String(6)}
+	l := &lbLab{lab: newLabNoCCM(t, hosts...), router: r, ns: "lb-" + rand.String(6), lease: "bccm-lb-" + rand.String(6), pools: lbPools}
 	if _, err := l.cp.Client.CoreV1().Namespaces().Create(l.ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: l.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ loadBalancer:
   peers:
   - {address: %s, asn: %d, sourceAddress: %s, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
   - {address: "%s", asn: %d, sourceAddress: "%s", holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
-`, l.inventory, l.ack, lbPools, l.router.SpeakerV4(i), nextHop,
+`, l.inventory, l.ack, l.pools, l.router.SpeakerV4(i), nextHop,
 		l.router.RouterV4, l.router.ASN, l.router.SpeakerV4(i), l.router.RouterV6, l.router.ASN, l.router.SpeakerV6(i)))
 	return path
 }
@@ -279,6 +280,23 @@ func TestLoadBalancerBGP(t *testing.T) {
 		}
 	}
 	l.waitPaths(fresh, []int{0}, nil)
+
+	// Pool tiny is removed: its Services keep their IPs (reported by an event), and
+	// the IPs are withdrawn; the other pool's are still announced.
+	tiny := l.waitIPs("tiny-1", 1)[0]
+	l.waitPaths(tiny, []int{0}, nil)
+	l.ccms[0].Stop()
+	l.pools = lbPools[:strings.Index(lbPools, "  - name: tiny")]
+	l.start(0, "self")
+	msg = l.waitEvent(l.ns, "Service", "tiny-1", "LoadBalancerIPOutsidePools")
+	if !strings.Contains(msg, tiny.String()) {
+		t.Errorf("LoadBalancerIPOutsidePools message %q does not name %v", msg, tiny)
+	}
+	l.waitPaths(tiny, nil, []netip.Addr{})
+	l.waitPaths(fresh, []int{0}, nil)
+	if got := l.waitIPs("tiny-1", 1)[0]; got != tiny {
+		t.Errorf("tiny-1 has %v after its pool was removed, want its %v left alone", got, tiny)
+	}
 }
 
 // allIPs maps each Service of the test to its ingress IPs.

@@ -40,12 +40,21 @@ import (
 )
 
 const (
-	user    = "baremetal-ccm"
-	unit    = "baremetal-ccm.service"
-	binPath = "/usr/bin/baremetal-cloud-controller-manager"
+	user = "baremetal-ccm"
+	// The packages' two units: the CCM, and the agent alone for worker hosts. Each
+	// reads its own environment file, named like the unit.
+	unit      = "baremetal-ccm.service"
+	agentUnit = "baremetal-ccm-agent.service"
+	binPath   = "/usr/bin/baremetal-cloud-controller-manager"
 	// stub systemctl log, inside the root
 	systemctlLog = "/var/log/systemctl-stub.log"
 )
+
+// units are both units, as the maintainer scripts pass them to systemctl.
+var units = []string{unit, agentUnit}
+
+// bothUnits is units as one systemctl argument list.
+var bothUnits = strings.Join(units, " ")
 
 var (
 	repo   string // repository root
@@ -61,7 +70,7 @@ type pkgs struct{ version, deb, rpm string }
 // file is one expected entry of a package: ls-style mode and owner/group.
 type file struct{ mode, owner string }
 
-// Expected contents; the systemd unit and the environment file differ by format.
+// Expected contents; the systemd units and the environment files differ by format.
 var common = map[string]file{
 	binPath:                                {"-rwxr-xr-x", "root/root"},
 	"/etc/baremetal-ccm":                   {"drwxr-xr-x", "root/root"},
@@ -70,16 +79,26 @@ var common = map[string]file{
 	"/etc/baremetal-ccm/inventory.yaml":    {"-rw-r--r--", "root/root"},
 }
 
-var layout = map[string]struct{ unit, env string }{
-	"deb": {"/lib/systemd/system/" + unit, "/etc/default/baremetal-ccm"},
-	"rpm": {"/usr/lib/systemd/system/" + unit, "/etc/sysconfig/baremetal-ccm"},
+// layout gives where each format installs units and environment files.
+var layout = map[string]struct{ unitDir, envDir string }{
+	"deb": {"/lib/systemd/system/", "/etc/default/"},
+	"rpm": {"/usr/lib/systemd/system/", "/etc/sysconfig/"},
+}
+
+// unitPath is where the deb or rpm package installs unit u.
+func unitPath(format, u string) string { return layout[format].unitDir + u }
+
+// envPath is where the deb or rpm package installs the environment file of unit u.
+func envPath(format, u string) string {
+	return layout[format].envDir + strings.TrimSuffix(u, ".service")
 }
 
 // want returns the expected entries of the deb or rpm package.
 func want(format string) map[string]file {
-	w := map[string]file{
-		layout[format].unit: {"-rw-r--r--", "root/root"},
-		layout[format].env:  {"-rw-r--r--", "root/root"},
+	w := map[string]file{}
+	for _, u := range units {
+		w[unitPath(format, u)] = file{"-rw-r--r--", "root/root"}
+		w[envPath(format, u)] = file{"-rw-r--r--", "root/root"}
 	}
 	for k, v := range common {
 		w[k] = v
@@ -89,19 +108,25 @@ func want(format string) map[string]file {
 
 // conffiles are the noreplace configuration files of the deb or rpm package.
 func conffiles(format string) []string {
-	c := []string{"/etc/baremetal-ccm/cloud-config.yaml", "/etc/baremetal-ccm/inventory.yaml", layout[format].env}
+	c := []string{"/etc/baremetal-ccm/cloud-config.yaml", "/etc/baremetal-ccm/inventory.yaml"}
+	for _, u := range units {
+		c = append(c, envPath(format, u))
+	}
 	sort.Strings(c)
 	return c
 }
 
 // sources maps installed files to the repository files they must be copies of.
 func sources(format string) map[string]string {
-	return map[string]string{
-		layout[format].unit:                    "systemd/baremetal-ccm.service",
-		layout[format].env:                     "packaging/default/baremetal-ccm",
+	s := map[string]string{
 		"/etc/baremetal-ccm/cloud-config.yaml": "packaging/examples/cloud-config.yaml",
 		"/etc/baremetal-ccm/inventory.yaml":    "packaging/examples/inventory.yaml",
 	}
+	for _, u := range units {
+		s[unitPath(format, u)] = "systemd/" + u
+		s[envPath(format, u)] = "packaging/default/" + strings.TrimSuffix(u, ".service")
+	}
+	return s
 }
 
 func TestMain(m *testing.M) {
@@ -381,16 +406,19 @@ func TestDebInstallUpgradePurge(t *testing.T) {
 		t.Errorf("status after install: %q", got)
 	}
 
-	// Operator edits a conffile and adds a credential; the upgrade keeps both and
-	// restarts the service only if it was running (try-restart).
+	// Operator edits conffiles (the agent's environment file too) and adds a credential;
+	// the upgrade keeps them all and restarts each service only if it was running
+	// (try-restart).
 	edited := appendFile(t, root, "/etc/baremetal-ccm/cloud-config.yaml", "# edited by the operator\n")
+	editedAgentEnv := appendFile(t, root, envPath("deb", agentUnit), "NODE_NAME=worker-1\n")
 	writeAs(t, root, "/etc/baremetal-ccm/bmc/node-1", "user:password\n", 0o600)
 	dpkg("-i", "/tmp/v2.deb")
 	if got := dpkgStatus(t, root); got != "install ok installed "+v2.version+"-1" {
 		t.Errorf("status after upgrade: %q", got)
 	}
-	checkSystemctl(t, root, "upgrade", "daemon-reload", "try-restart "+unit)
+	checkSystemctl(t, root, "upgrade", "daemon-reload", "try-restart "+bothUnits)
 	checkContent(t, root, "/etc/baremetal-ccm/cloud-config.yaml", edited)
+	checkContent(t, root, envPath("deb", agentUnit), editedAgentEnv)
 	// Same upstream content: dpkg keeps the local file silently, writes no copy.
 	for _, suffix := range []string{".dpkg-dist", ".dpkg-new", ".dpkg-old"} {
 		checkAbsent(t, root, "/etc/baremetal-ccm/cloud-config.yaml"+suffix)
@@ -410,18 +438,24 @@ func TestDebInstallUpgradePurge(t *testing.T) {
 	}
 	checkContent(t, root, "/etc/baremetal-ccm/cloud-config.yaml.dpkg-dist", string(upstream)+"# changed upstream\n")
 	checkAbsent(t, root, "/etc/baremetal-ccm/inventory.yaml.dpkg-dist") // untouched: replaced silently
-	checkSystemctl(t, root, "upgrade", "daemon-reload", "try-restart "+unit)
+	checkSystemctl(t, root, "upgrade", "daemon-reload", "try-restart "+bothUnits)
 
-	// Remove: stopped, program gone, configuration kept.
+	// Remove: both services stopped, program and units gone, configuration kept.
 	writeAs(t, root, "/etc/baremetal-ccm/kubeconfig", "apiVersion: v1\n", 0o640)
 	mkdir(t, root, "/etc/systemd/system/multi-user.target.wants", 0o755)
-	if err := os.Symlink("/lib/systemd/system/"+unit, filepath.Join(root, "/etc/systemd/system/multi-user.target.wants", unit)); err != nil {
-		t.Fatal(err) // as `systemctl enable` would leave it
+	for _, u := range units {
+		// As `systemctl enable` would leave them (enabling both is an operator's mistake,
+		// but purge must clean up after either).
+		if err := os.Symlink(unitPath("deb", u), filepath.Join(root, "/etc/systemd/system/multi-user.target.wants", u)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	dpkg("-r", "baremetal-ccm")
-	checkSystemctl(t, root, "remove", "stop "+unit, "daemon-reload")
+	checkSystemctl(t, root, "remove", "stop "+bothUnits, "daemon-reload")
 	checkAbsent(t, root, binPath)
-	checkAbsent(t, root, layout["deb"].unit)
+	for _, u := range units {
+		checkAbsent(t, root, unitPath("deb", u))
+	}
 	for _, c := range conffiles("deb") {
 		if _, err := os.Stat(filepath.Join(root, c)); err != nil {
 			t.Errorf("conffile after remove: %v", err)
@@ -432,11 +466,13 @@ func TestDebInstallUpgradePurge(t *testing.T) {
 	}
 
 	// Purge: conffiles, everything the operator added in /etc/baremetal-ccm and the
-	// enablement symlink are gone; the user stays (see packaging/scripts/deb/postrm).
+	// enablement symlinks are gone; the user stays (see packaging/scripts/deb/postrm).
 	dpkg("-P", "baremetal-ccm")
 	checkSystemctl(t, root, "purge", "daemon-reload")
-	for _, p := range []string{"/etc/baremetal-ccm", layout["deb"].env, "/etc/systemd/system/multi-user.target.wants/" + unit} {
-		checkAbsent(t, root, p)
+	checkAbsent(t, root, "/etc/baremetal-ccm")
+	for _, u := range units {
+		checkAbsent(t, root, envPath("deb", u))
+		checkAbsent(t, root, "/etc/systemd/system/multi-user.target.wants/"+u)
 	}
 	if out, err := chrootCmd(root, "dpkg-query", "-W", "baremetal-ccm").CombinedOutput(); err == nil {
 		t.Errorf("dpkg still knows the package after purge: %s", out)
@@ -464,21 +500,28 @@ func TestRPMInstallUpgradeErase(t *testing.T) {
 
 	mkdir(t, root, "/run/systemd/system", 0o755)
 	edited := appendFile(t, root, "/etc/baremetal-ccm/cloud-config.yaml", "# edited by the operator\n")
+	editedAgentEnv := appendFile(t, root, envPath("rpm", agentUnit), "NODE_NAME=worker-1\n")
 	rpm("-U", v2.rpm)
 	// New %post ($1=2), then the old %postun ($1=1).
-	checkSystemctl(t, root, "upgrade", "daemon-reload", "try-restart "+unit, "daemon-reload")
+	checkSystemctl(t, root, "upgrade", "daemon-reload", "try-restart "+bothUnits, "daemon-reload")
 	checkContent(t, root, "/etc/baremetal-ccm/cloud-config.yaml", edited)
+	checkContent(t, root, envPath("rpm", agentUnit), editedAgentEnv)
 	checkAbsent(t, root, "/etc/baremetal-ccm/cloud-config.yaml.rpmnew") // same upstream content
+	checkAbsent(t, root, envPath("rpm", agentUnit)+".rpmnew")
 
 	rpm("-e", "baremetal-ccm")
-	checkSystemctl(t, root, "erase", "stop "+unit, "--no-reload disable "+unit, "daemon-reload")
+	checkSystemctl(t, root, "erase", "stop "+bothUnits, "--no-reload disable "+bothUnits, "daemon-reload")
 	checkAbsent(t, root, binPath)
-	checkAbsent(t, root, layout["rpm"].env) // unmodified config: removed
+	for _, u := range units {
+		checkAbsent(t, root, unitPath("rpm", u))
+	}
+	checkAbsent(t, root, envPath("rpm", unit)) // unmodified config: removed
 	checkContent(t, root, "/etc/baremetal-ccm/cloud-config.yaml.rpmsave", edited)
+	checkContent(t, root, envPath("rpm", agentUnit)+".rpmsave", editedAgentEnv)
 }
 
 // checkInstalled checks the installed files (mode, owner, content), the service user and
-// that nothing enabled the service.
+// that nothing enabled either service.
 func checkInstalled(t *testing.T, root, format string) {
 	t.Helper()
 	pw, ok := lookup(t, root, "passwd", user)
@@ -514,8 +557,10 @@ func checkInstalled(t *testing.T, root, format string) {
 	for p, src := range sources(format) {
 		checkContent(t, root, p, string(shipped[src]))
 	}
-	if m, _ := filepath.Glob(filepath.Join(root, "/etc/systemd/system/*.wants", unit)); len(m) > 0 {
-		t.Errorf("the service was enabled: %v", m)
+	for _, u := range units {
+		if m, _ := filepath.Glob(filepath.Join(root, "/etc/systemd/system/*.wants", u)); len(m) > 0 {
+			t.Errorf("%s was enabled: %v", u, m)
+		}
 	}
 }
 
