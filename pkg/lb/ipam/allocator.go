@@ -55,6 +55,10 @@ type Allocator struct {
 	ips       map[netip.Addr]*ipUse
 	shared    map[string]map[netip.Addr]struct{} // sharing key -> IPs carrying it
 	outOfPool int
+	// freeSvcs and freeUses recycle the records of released Services and freed IPs
+	// (bounded by maxFree), so steady churn allocates little.
+	freeSvcs []*svcAlloc
+	freeUses []*ipUse
 	// auto are the auto-assign pools in order; autoOpen when none is restricted.
 	auto     []*pool
 	autoOpen bool
@@ -626,8 +630,7 @@ func (a *Allocator) supply(p *pool, fi int, key string, sa *shareAttrs) (netip.A
 func (a *Allocator) commit(key string, old *svcAlloc, out []planned, sa shareAttrs) *svcAlloc {
 	s := old
 	if s == nil {
-		s = &svcAlloc{key: key}
-		s.ips = s.ipsBuf[:0]
+		s = a.newSvc(key)
 		a.svcs[key] = s
 	} else {
 		for _, ip := range old.ips {
@@ -651,8 +654,7 @@ func (a *Allocator) commit(key string, old *svcAlloc, out []planned, sa shareAtt
 		s.ips = append(s.ips, p.ip)
 		u := a.ips[p.ip]
 		if u == nil {
-			u = &ipUse{rng: p.rng}
-			u.holders = u.inline[:0]
+			u = a.newUse(p.rng)
 			a.ips[p.ip] = u
 			if p.rng != nil {
 				u.stale = p.rng.take(p.ip)
@@ -713,6 +715,37 @@ func (a *Allocator) dropHolder(ip netip.Addr, s *svcAlloc) {
 	} else {
 		a.outOfPool--
 	}
+	if len(a.freeUses) < maxFree { // no reference to u is left: it is in no map or holder list
+		*u = ipUse{}
+		a.freeUses = append(a.freeUses, u)
+	}
+}
+
+// maxFree bounds each free list: a mass deletion does not pin memory for long.
+const maxFree = 1024
+
+func (a *Allocator) newSvc(key string) *svcAlloc {
+	var s *svcAlloc
+	if n := len(a.freeSvcs); n > 0 {
+		s, a.freeSvcs = a.freeSvcs[n-1], a.freeSvcs[:n-1]
+	} else {
+		s = &svcAlloc{}
+	}
+	s.key = key
+	s.ips = s.ipsBuf[:0]
+	return s
+}
+
+func (a *Allocator) newUse(rng *ipRange) *ipUse {
+	var u *ipUse
+	if n := len(a.freeUses); n > 0 {
+		u, a.freeUses = a.freeUses[n-1], a.freeUses[:n-1]
+	} else {
+		u = &ipUse{}
+	}
+	u.rng = rng
+	u.holders = u.inline[:0]
+	return u
 }
 
 func (a *Allocator) assignment(s *svcAlloc) Assignment {
@@ -795,6 +828,10 @@ func (a *Allocator) Release(key string) {
 		a.dropHolder(ip, s)
 	}
 	delete(a.svcs, key)
+	if len(a.freeSvcs) < maxFree { // dropHolder removed s from every holder list
+		*s = svcAlloc{}
+		a.freeSvcs = append(a.freeSvcs, s)
+	}
 }
 
 // Assigned returns what key holds.
