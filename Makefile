@@ -56,12 +56,12 @@ lint: ## go vet, staticcheck and gofmt (also on the e2e build tag).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: deps ## Run the benchmarks: inventory load/match, and 1000-Node initialization vs a zero-cost provider.
+bench: deps ## Run the benchmarks: inventory, IPAM, BGP, routes (root), 1000 Nodes, 200 BMCs, 1000 LoadBalancer Services.
 	go test -run '^$$' -bench . -benchmem ./pkg/...
 	go test -tags e2e -count=1 -timeout 30m -run '^$$' -bench . -benchtime 1x -v ./test/e2e/...
 
 .PHONY: demo
-demo: deps build ## Bring up a local kube-apiserver, run the CCM with the example inventory, and show Nodes being initialized.
+demo: deps build ## A local kube-apiserver, a Redfish BMC emulator and a BIRD router: Nodes initialized, a host powered off, LoadBalancer IPs and pod-CIDR routes in the router.
 	hack/demo.sh
 
 .PHONY: clean
