@@ -118,11 +118,12 @@ func TestValidateBGP(t *testing.T) {
 			}
 		})
 	}
-	// Hold time 0 (no keepalives) is valid with any keepalive.
+	// Hold time 0 would mean "no hold timer" in BGP, but GoBGP treats it as unset
+	// (90s): it is refused rather than silently changed.
 	b := valid()
 	b.Peers[0].HoldTime = d("0s")
-	if errs := validateBGPSpeaker(b, field.NewPath("bgp")); len(errs) != 0 {
-		t.Errorf("holdTime 0: %v", errs)
+	if errs := validateBGPSpeaker(b, field.NewPath("bgp")); len(errs) != 1 || !strings.Contains(errs[0].Error(), "cannot turn the hold timer off") {
+		t.Errorf("holdTime 0: %v, want one error saying the hold timer cannot be off", errs)
 	}
 }
 

@@ -195,8 +195,8 @@ func ValidateBGPPeer(peer *BGPPeer, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("ebgpMultihop"), peer.EBGPMultihop, "must be 0 (directly connected) or a TTL 1-255"))
 	}
 	if h := peer.HoldTime; h != nil {
-		if h.Duration != 0 && (h.Duration < 3*time.Second || h.Duration > 65535*time.Second) {
-			errs = append(errs, field.Invalid(p.Child("holdTime"), h.Duration.String(), "must be 0 (no keepalives) or between 3s and 65535s"))
+		if h.Duration < 3*time.Second || h.Duration > 65535*time.Second {
+			errs = append(errs, field.Invalid(p.Child("holdTime"), h.Duration.String(), "must be between 3s and 65535s (the embedded speaker cannot turn the hold timer off; 0 would silently mean 90s)"))
 		} else if h.Duration%time.Second != 0 {
 			errs = append(errs, field.Invalid(p.Child("holdTime"), h.Duration.String(), "must be whole seconds"))
 		}
