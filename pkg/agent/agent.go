@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -95,12 +94,12 @@ type Identity struct {
 
 // Agent applies the API's state to this host.
 type Agent struct {
-	o        Options
-	services corelisters.ServiceLister
-	slices   discoverylisters.EndpointSliceLister
-	nodes    corelisters.NodeLister
-	synced   []cache.InformerSynced
-	trigger  chan struct{}
+	o          Options
+	services   corelisters.ServiceLister
+	sliceIndex cache.Indexer
+	nodes      corelisters.NodeLister
+	synced     []cache.InformerSynced
+	trigger    chan struct{}
 
 	mu       sync.Mutex
 	speaker  Speaker
@@ -121,12 +120,18 @@ func New(o Options) (*Agent, error) {
 	svc := o.Informers.Core().V1().Services()
 	sl := o.Informers.Discovery().V1().EndpointSlices()
 	nd := o.Informers.Core().V1().Nodes()
-	a.services, a.slices, a.nodes = svc.Lister(), sl.Lister(), nd.Lister()
+	a.services, a.nodes = svc.Lister(), nd.Lister()
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.kick() },
 		UpdateFunc: func(any, any) { a.kick() },
 		DeleteFunc: func(any) { a.kick() },
 	}
+	// EndpointSlices by Service: the announcements of Local Services look them up on
+	// every pass, which a label-selector list would make O(Services x slices).
+	if err := sl.Informer().AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
+		return nil, fmt.Errorf("agent: indexing EndpointSlices: %w", err)
+	}
+	a.sliceIndex = sl.Informer().GetIndexer()
 	for _, inf := range []cache.SharedIndexInformer{svc.Informer(), sl.Informer(), nd.Informer()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, fmt.Errorf("agent: adding event handler: %w", err)
@@ -240,8 +245,14 @@ func (a *Agent) syncLoadBalancers(ctx context.Context, sp Speaker, nodes []*v1.N
 	want, problems := lb.Desired(lb.State{
 		Services: svcs,
 		EndpointSlices: func(ns, name string) []*discoveryv1.EndpointSlice {
-			s, _ := a.slices.EndpointSlices(ns).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
-			return s
+			objs, _ := a.sliceIndex.ByIndex(sliceServiceIndex, ns+"/"+name)
+			out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+			for _, o := range objs {
+				if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+					out = append(out, sl)
+				}
+			}
+			return out
 		},
 		Node:    func(name string) (*v1.Node, bool) { n, ok := byName[name]; return n, ok },
 		Nodes:   nodes,
@@ -282,6 +293,21 @@ func (a *Agent) reportProblems(ctx context.Context, problems []lb.Problem) {
 		}
 	}
 	a.mu.Unlock()
+}
+
+const sliceServiceIndex = "service"
+
+// sliceService indexes an EndpointSlice by the namespace/name of its Service.
+func sliceService(obj any) ([]string, error) {
+	sl, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	name := sl.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{sl.Namespace + "/" + name}, nil
 }
 
 // PodCIDRPaths announces each Node's pod CIDRs with the Node's InternalIP of the

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
@@ -93,7 +95,20 @@ func TestAgentAnnouncesAndMirrors(t *testing.T) {
 		Spec:       v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer},
 		Status:     v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: "192.0.2.10"}}}},
 	}
-	client := fake.NewClientset(n1, svc)
+	local := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "local"},
+		Spec:       v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal},
+		Status:     v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: "192.0.2.11"}}}},
+	}
+	localNoEndpoint := local.DeepCopy()
+	localNoEndpoint.Name, localNoEndpoint.Status.LoadBalancer.Ingress[0].IP = "local-elsewhere", "192.0.2.12"
+	onN1 := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "local-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "local"}},
+		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.244.1.5"}, NodeName: ptr.To("n1"), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+	}
+	onOther := onN1.DeepCopy()
+	onOther.Name, onOther.Labels[discoveryv1.LabelServiceName], onOther.Endpoints[0].NodeName = "elsewhere-abc", "local-elsewhere", ptr.To("n2")
+	client := fake.NewClientset(n1, svc, local, localNoEndpoint, onN1, onOther)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	sp, mirror := newFakeSpeaker(), &fakeMirror{}
 	cfg := &config.CloudConfig{
@@ -115,6 +130,10 @@ func TestAgentAnnouncesAndMirrors(t *testing.T) {
 	if want := (Identity{RouterID: netip.MustParseAddr("10.0.0.1"), IPv4: netip.MustParseAddr("10.0.0.1"), IPv6: netip.MustParseAddr("fd00::1")}); gotID != want {
 		t.Errorf("identity = %+v, want %+v (router ID from bgp.routerID, addresses from the Node)", gotID, want)
 	}
+	waitUntil(t, "the Local Service with an endpoint on this host to be announced", func() bool { _, ok := sp.prefixes(SourceLoadBalancers)["192.0.2.11/32"]; return ok })
+	if _, ok := sp.prefixes(SourceLoadBalancers)["192.0.2.12/32"]; ok {
+		t.Error("a Local Service whose only endpoint is on another node is announced in next-hop mode self")
+	}
 	waitUntil(t, "pod CIDRs to be announced", func() bool { return len(sp.prefixes(SourcePodCIDRs)) == 2 })
 	if hops := sp.prefixes(SourcePodCIDRs)["fd10:244:1::/64"]; len(hops) != 1 || hops[0] != netip.MustParseAddr("fd00::1") {
 		t.Errorf("IPv6 pod CIDR next hops = %v, want the node's IPv6 InternalIP", hops)
@@ -125,7 +144,7 @@ func TestAgentAnnouncesAndMirrors(t *testing.T) {
 	if err := client.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the LB IP to be withdrawn", func() bool { return len(sp.prefixes(SourceLoadBalancers)) == 0 })
+	waitUntil(t, "the LB IP to be withdrawn", func() bool { _, ok := sp.prefixes(SourceLoadBalancers)["192.0.2.10/32"]; return !ok })
 
 	cancel()
 	select {
