@@ -1,0 +1,118 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+
+	"github.com/baremetal-ccm/baremetal-ccm/test/bird"
+	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
+)
+
+const (
+	memBenchNodes    = 5000
+	memBenchServices = 10000
+	memBenchLabel    = "bench=memory"
+)
+
+// BenchmarkMemory5000Nodes10000Services measures the CCM's resident memory (DESIGN
+// target: under 150 MiB) with 5000 Ready Nodes and 10,000 LoadBalancer Services, each
+// with its IP assigned and its /32 announced to BIRD: the node, lifecycle and service
+// controllers and the agent all hold their informer caches.
+func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	cp := framework.Shared()
+	client := fastClient(b, cp)
+	router := bird.Start(b, bird.Options{})
+
+	dir := b.TempDir()
+	inv := filepath.Join(dir, "inventory.yaml")
+	writeFileB(b, inv, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts: []\n")
+	cfg := filepath.Join(dir, "cloud-config.yaml")
+	writeFileB(b, cfg, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
+kind: CloudConfig
+inventory:
+  file: {path: %s}
+  deletionGuard: {acknowledgeFile: %s}
+loadBalancer:
+  pools:
+  - name: bench
+    addresses: [198.18.0.0/18]
+bgp:
+  localASN: 65000
+  routerID: %s
+  peers:
+  - {address: %s, asn: %d, sourceAddress: %s, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
+`, inv, filepath.Join(dir, "ack"), router.SpeakerV4(0), router.RouterV4, router.ASN, router.SpeakerV4(0)))
+
+	b.Cleanup(func() { deleteNodesByLabel(context.Background(), b, client, memBenchLabel) })
+	parallel(b, memBenchNodes, func(i int) error {
+		n := &v1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-mem-%05d", i), Labels: map[string]string{"bench": "memory"}},
+			Status: v1.NodeStatus{
+				Addresses:  []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: fmt.Sprintf("10.60.%d.%d", i/250, i%250+1)}},
+				Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+			},
+		}
+		_, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		return err
+	})
+
+	for range b.N {
+		ns := "bench-mem-" + rand.String(6)
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		ccm := framework.StartCCM(b, cp, cfg,
+			"--controllers=cloud-node-controller,cloud-node-lifecycle-controller,service-lb-controller",
+			"--concurrent-service-syncs=10", "--kube-api-qps=500", "--kube-api-burst=1000", "--v=1", "--node-name=bench-mem-cp")
+		if err := ccm.WaitHealthy(ctx); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		parallel(b, memBenchServices, func(i int) error {
+			svc := lbBenchService(i)
+			svc.Spec.AllocateLoadBalancerNodePorts = ptr.To(false) // 10,000 > the NodePort range
+			_, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+			return err
+		})
+		if err := framework.WaitFor(ctx, 15*time.Minute, "every Service's /32 in BIRD", func(ctx context.Context) (bool, error) {
+			n, err := router.CountRoutes(ctx)
+			return n >= memBenchServices, err
+		}); err != nil {
+			b.Fatal(err)
+		}
+		all := time.Since(start)
+		time.Sleep(5 * time.Second) // let the last writes and events settle
+		rss, err := ccm.RSS()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(mib(rss), "rss-MiB")
+		b.ReportMetric(all.Seconds(), "all-announced-s")
+		b.Logf("%d Nodes, %d Services with IPs announced after %v: CCM RSS %.1f MiB (target < 150 MiB); load average %s",
+			memBenchNodes, memBenchServices, all.Round(time.Second), mib(rss), loadAvg())
+		// Clean up without the upstream service controller's slow per-Service
+		// deletion pass: stop the CCM, drop its finalizer, delete the namespace.
+		ccm.Stop()
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		parallel(b, memBenchServices, func(i int) error {
+			_, err := client.CoreV1().Services(ns).Patch(ctx, lbBenchName(i), types.MergePatchType, patch, metav1.PatchOptions{})
+			return err
+		})
+		if err := client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
