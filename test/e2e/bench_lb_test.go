@@ -56,7 +56,7 @@ func BenchmarkLoadBalancer1000(b *testing.B) {
 	cp := framework.Shared()
 	client := fastClient(b, cp)
 	router := bird.Start(b, bird.Options{})
-	cfg := lbBenchConfig(b, router)
+	cfg := lbBenchConfig(b, router, lbBenchPool)
 
 	// A few Ready Nodes, as in a real cluster (without any, the service controller
 	// adds a warning event per Service).
@@ -110,9 +110,9 @@ func lbBenchCreateOnly(ctx context.Context, b *testing.B, client kubernetes.Inte
 	b.Logf("baseline: the API server alone (no CCM) created %d LoadBalancer Services in %v; load average %s", lbBenchServices, d.Round(time.Millisecond), loadAvg())
 }
 
-// lbBenchConfig writes the CloudConfig: one pool of 2048 addresses, one BGP peer
-// (BIRD), an empty inventory.
-func lbBenchConfig(b *testing.B, r *bird.Router) string {
+// lbBenchConfig writes the CloudConfig: one pool (pool: a CIDR), one BGP peer (BIRD),
+// an empty inventory.
+func lbBenchConfig(b *testing.B, r *bird.Router, pool string) string {
 	dir := b.TempDir()
 	inv := filepath.Join(dir, "inventory.yaml")
 	writeFileB(b, inv, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts: []\n")
@@ -131,7 +131,7 @@ bgp:
   routerID: %s
   peers:
   - {address: %s, asn: %d, sourceAddress: %s, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
-`, inv, filepath.Join(dir, "ack"), lbBenchPool, r.SpeakerV4(0), r.RouterV4, r.ASN, r.SpeakerV4(0)))
+`, inv, filepath.Join(dir, "ack"), pool, r.SpeakerV4(0), r.RouterV4, r.ASN, r.SpeakerV4(0)))
 	return cfg
 }
 

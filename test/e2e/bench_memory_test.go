@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -36,25 +35,7 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 	client := fastClient(b, cp)
 	router := bird.Start(b, bird.Options{})
 
-	dir := b.TempDir()
-	inv := filepath.Join(dir, "inventory.yaml")
-	writeFileB(b, inv, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts: []\n")
-	cfg := filepath.Join(dir, "cloud-config.yaml")
-	writeFileB(b, cfg, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
-kind: CloudConfig
-inventory:
-  file: {path: %s}
-  deletionGuard: {acknowledgeFile: %s}
-loadBalancer:
-  pools:
-  - name: bench
-    addresses: [198.18.0.0/18]
-bgp:
-  localASN: 65000
-  routerID: %s
-  peers:
-  - {address: %s, asn: %d, sourceAddress: %s, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
-`, inv, filepath.Join(dir, "ack"), router.SpeakerV4(0), router.RouterV4, router.ASN, router.SpeakerV4(0)))
+	cfg := lbBenchConfig(b, router, "198.18.0.0/18")
 
 	b.Cleanup(func() { deleteNodesByLabel(context.Background(), b, client, memBenchLabel) })
 	parallel(b, memBenchNodes, func(i int) error {
