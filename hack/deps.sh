@@ -6,6 +6,8 @@
 #     bird2 (BIRD 2, the top-of-rack BGP router of the BGP, load-balancer and route tests)
 #   - kube-apiserver and kube-controller-manager, built from the Go module proxy into
 #     $BAREMETAL_CCM_CACHE (default ~/.cache/baremetal-ccm) by hack/build-kube.sh
+#   - MetalLB's speaker, built from the Go module proxy into the same cache by
+#     hack/build-metallb-speaker.sh (the e2e test of the MetalLB announcer runs it)
 # Installing packages needs root; as another user it says what to install and fails.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,3 +33,4 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 [ "${1:-}" = --packages-only ] && exit 0
 "$here/build-kube.sh" >/dev/null
+"$here/build-metallb-speaker.sh" >/dev/null

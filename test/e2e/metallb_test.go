@@ -548,18 +548,9 @@ func TestMetalLBServiceAnnotations(t *testing.T) {
 func TestMetalLBAnnouncerCCM(t *testing.T) {
 	l := newLabNoCCM(t)
 	setupMetalLB(l.ctx, t)
-	for _, o := range manifests.MetalLBRBAC(metallb.DefaultNamespace) {
-		var err error
-		switch o := o.(type) {
-		case *rbacv1.Role:
-			_, err = l.cp.Client.RbacV1().Roles(o.Namespace).Create(l.ctx, o, metav1.CreateOptions{})
-		case *rbacv1.RoleBinding:
-			_, err = l.cp.Client.RbacV1().RoleBindings(o.Namespace).Create(l.ctx, o, metav1.CreateOptions{})
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
+	applyMetalLBAnnouncerRBAC(l.ctx, t)
+	// The CCM leaves MetalLB's objects when it stops; remove them for the other tests.
+	t.Cleanup(func() { deleteOurMetalLBObjects(t) })
 	l.writeConfig("", `loadBalancer:
   announcer: metallb
   pools:
@@ -621,11 +612,4 @@ bgp:
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The CCM leaves MetalLB's objects when it stops; remove them for the other tests.
-	t.Cleanup(func() {
-		for _, gvr := range []schema.GroupVersionResource{poolsGVR, peersGVR, advsGVR} {
-			_ = admin.Resource(gvr).Namespace(metallb.DefaultNamespace).DeleteCollection(context.Background(), metav1.DeleteOptions{},
-				metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=baremetal-ccm"})
-		}
-	})
 }

@@ -38,6 +38,8 @@ type Host struct {
 	// Kubeconfig is the CCM's kubeconfig (the packaged RBAC's ServiceAccount) pointing
 	// at the proxy.
 	Kubeconfig string
+
+	proxyAddr, serverName string
 }
 
 // NewHost creates the namespace. It skips the test when not running as root.
@@ -164,18 +166,28 @@ func (h *Host) startProxy(t testing.TB, cp *ControlPlane) {
 		wg.Wait()
 	})
 
-	kc, err := clientcmd.LoadFromFile(CCMKubeconfig())
+	h.proxyAddr, h.serverName = ln.Addr().String(), api.Hostname()
+	h.Kubeconfig = h.KubeconfigFor(t, CCMKubeconfig())
+}
+
+// KubeconfigFor writes a copy of the kubeconfig at src whose clusters are reached
+// through h's proxy (the API server's own name kept for TLS verification), for a
+// process running in h, and returns its path (in the test's temp dir).
+func (h *Host) KubeconfigFor(t testing.TB, src string) string {
+	t.Helper()
+	kc, err := clientcmd.LoadFromFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, cl := range kc.Clusters {
-		cl.Server = "https://" + ln.Addr().String()
-		cl.TLSServerName = api.Hostname()
+		cl.Server = "https://" + h.proxyAddr
+		cl.TLSServerName = h.serverName
 	}
-	h.Kubeconfig = filepath.Join(t.TempDir(), "ccm-"+h.Name+".kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, h.Kubeconfig); err != nil {
+	path := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".kubeconfig")+"-"+h.Name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		t.Fatal(err)
 	}
+	return path
 }
 
 func run(args ...string) error {
@@ -186,69 +198,88 @@ func run(args ...string) error {
 	return nil
 }
 
-// Agent is a `baremetal-cloud-controller-manager agent` process in a Host.
-type Agent struct {
+// Process is a process the test started in a Host (see StartIn).
+type Process struct {
+	name string
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
 	err  error
 }
 
+// Agent is a `baremetal-cloud-controller-manager agent` process in a Host.
+type Agent = Process
+
 // StartAgentIn starts the CCM binary's agent mode in h's namespace, with h's
 // kubeconfig and the given CloudConfig and node name. It is stopped (SIGTERM) when the
 // test ends; if the test failed, its log's tail is printed.
 func StartAgentIn(t testing.TB, h *Host, cloudConfigPath, nodeName string, extraArgs ...string) *Agent {
 	t.Helper()
-	a := &Agent{log: filepath.Join(t.TempDir(), "agent.log"), done: make(chan struct{})}
-	logf, err := os.Create(a.log)
+	args := append([]string{CCMBinary(), "agent",
+		"--kubeconfig=" + h.Kubeconfig, "--cloud-config=" + cloudConfigPath, "--node-name=" + nodeName, "--v=4"}, extraArgs...)
+	return StartIn(t, h, "agent", nil, args...)
+}
+
+// StartIn starts argv in h's namespace (ip netns exec, which execs argv: the PID is
+// argv's) with env added to the test's environment, output to a log file. The process
+// dies with the test binary (Pdeathsig), is stopped (SIGTERM) when the test ends, and
+// if the test failed the log's tail is printed under name.
+func StartIn(t testing.TB, h *Host, name string, env []string, argv ...string) *Process {
+	t.Helper()
+	p := &Process{name: name, log: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
+	logf, err := os.Create(p.log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	args := append([]string{"netns", "exec", h.Name, CCMBinary(), "agent",
-		"--kubeconfig=" + h.Kubeconfig, "--cloud-config=" + cloudConfigPath, "--node-name=" + nodeName, "--v=4"}, extraArgs...)
-	a.cmd = exec.Command("ip", args...)
-	a.cmd.Stdout, a.cmd.Stderr = logf, logf
-	if err := childproc.Start(a.cmd); err != nil {
-		t.Fatalf("StartAgentIn: %v", err)
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", h.Name}, argv...)...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
+	if err := childproc.Start(p.cmd); err != nil {
+		t.Fatalf("StartIn %s: %v", name, err)
 	}
 	go func() {
-		a.err = a.cmd.Wait()
-		close(a.done)
+		p.err = p.cmd.Wait()
+		close(p.done)
 	}()
-	t.Logf("agent pid %d started in %s, log %s", a.cmd.Process.Pid, h.Name, a.log)
+	t.Logf("%s pid %d started in %s, log %s", name, p.cmd.Process.Pid, h.Name, p.log)
 	t.Cleanup(func() {
-		a.Stop()
+		p.Stop()
 		if t.Failed() {
-			t.Logf("last lines of agent log %s:\n%s", a.log, tail(a.Log(), 80))
+			t.Logf("last lines of %s log %s:\n%s", name, p.log, tail(p.Log(), 80))
 		}
 	})
-	return a
+	return p
 }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Stop sends SIGTERM and waits up to 10 s, then kills the process. It returns how
 // the process exited.
-func (a *Agent) Stop() error {
+func (p *Process) Stop() error {
 	select {
-	case <-a.done:
-		return a.err
+	case <-p.done:
+		return p.err
 	default:
 	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-a.done:
+	case <-p.done:
 	case <-time.After(10 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-a.done
+		_ = p.cmd.Process.Kill()
+		<-p.done
 	}
-	return a.err
+	return p.err
 }
 
 // Log returns the process's output so far.
-func (a *Agent) Log() string {
-	data, err := os.ReadFile(a.log)
+func (p *Process) Log() string {
+	data, err := os.ReadFile(p.log)
 	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", a.log, err)
+		return fmt.Sprintf("(cannot read %s: %v)", p.log, err)
 	}
 	return string(data)
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/manifests"
 )
@@ -63,25 +64,38 @@ func ApplyPackagedRBAC(ctx context.Context, cp *ControlPlane, kubeconfigPath str
 			return fmt.Errorf("packaged RBAC: creating %T: %w", o, err)
 		}
 	}
+	return WriteTokenKubeconfig(ctx, cp, manifests.Namespace, manifests.ServiceAccount, kubeconfigPath)
+}
+
+// WriteTokenKubeconfig writes a kubeconfig for the ServiceAccount namespace/name, with
+// a 6-hour token from the TokenRequest API, to path.
+func WriteTokenKubeconfig(ctx context.Context, cp *ControlPlane, namespace, name, path string) error {
 	expiry := int64(6 * 3600)
-	tr, err := c.CoreV1().ServiceAccounts(manifests.Namespace).CreateToken(ctx, manifests.ServiceAccount,
+	tr, err := cp.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("token for %s/%s: %w", manifests.Namespace, manifests.ServiceAccount, err)
+		return fmt.Errorf("token for %s/%s: %w", namespace, name, err)
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["lab"] = &clientcmdapi.Cluster{Server: cp.RESTConfig.Host, InsecureSkipTLSVerify: true}
-	kc.AuthInfos["ccm"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["ccm"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "ccm"}
-	kc.CurrentContext = "ccm"
-	if err := clientcmd.WriteToFile(*kc, kubeconfigPath); err != nil {
-		return fmt.Errorf("writing %s: %w", kubeconfigPath, err)
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: name}
+	kc.CurrentContext = name
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
 }
 
 // DecodeManifests decodes a multi-document YAML stream of built-in kinds.
 func DecodeManifests(data []byte) ([]any, error) {
+	return DecodeManifestsOf(data, func(string) bool { return true })
+}
+
+// DecodeManifestsOf decodes the documents of a multi-document YAML stream whose kind
+// keep accepts (they must be built-in kinds) and skips the others, so that a manifest
+// that also holds CRDs or custom resources can be picked from.
+func DecodeManifestsOf(data []byte, keep func(kind string) bool) ([]any, error) {
 	var out []any
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
@@ -93,6 +107,13 @@ func DecodeManifests(data []byte) ([]any, error) {
 			return nil, err
 		}
 		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			return nil, err
+		}
+		if !keep(meta.Kind) {
 			continue
 		}
 		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
