@@ -76,7 +76,7 @@ func main() {
 		go notifyWhenServing(ctx, c, notifier)
 		return cloud
 	}
-	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, app.DefaultInitFuncConstructors,
+	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, controllerConstructors(),
 		names.CCMControllerAliases(), extra, stop)
 	cmd.Use = program
 	cmd.Long = program + " runs the Kubernetes cloud controllers (node, node-lifecycle, service, route) for on-prem bare metal: Nodes are initialized from a server inventory, LoadBalancer Services get IPs from the datacenter's pools, announced over BGP by every replica, and pod-CIDR routes are programmed into the kernel."

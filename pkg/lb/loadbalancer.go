@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
+	servicehelper "k8s.io/cloud-provider/service/helpers"
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
@@ -137,10 +140,20 @@ func (l *LoadBalancer) prime(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing Services to prime IPAM: %w", err)
 	}
+	// Oldest first (ipam.Prime keeps the first holder of a contested IP), so the
+	// winner of a conflict is the same on every replica and every restart.
+	slices.SortStableFunc(svcs, func(a, b *v1.Service) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(key(a), key(b))
+	})
 	logger := klog.FromContext(ctx)
 	held := 0
 	for _, svc := range svcs {
-		if !Owned(svc) || svc.DeletionTimestamp != nil && len(svc.Finalizers) == 0 {
+		// A Service being deleted without the cleanup finalizer has had its
+		// addresses released already (other finalizers may keep it around).
+		if !Owned(svc) || svc.DeletionTimestamp != nil && !servicehelper.HasLBFinalizer(svc) {
 			continue
 		}
 		current := IngressIPs(svc)

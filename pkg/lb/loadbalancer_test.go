@@ -7,12 +7,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/cloud-provider/api"
+	"k8s.io/utils/ptr"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 )
@@ -211,5 +214,38 @@ func TestNotPrimedUntilSynced(t *testing.T) {
 	l.SetServices(corelisters.NewServiceLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})), func() bool { return false })
 	if _, err = l.EnsureLoadBalancer(context.Background(), "c", svc("a"), nil); !errors.As(err, &re) {
 		t.Fatalf("Ensure before the informer synced = %v, want a RetryError", err)
+	}
+}
+
+// TestPrimingConflictOldestWins: two Services claim the same IP (for example, one
+// restored from a backup); whatever the lister's order, the older keeps it, and a
+// Service being deleted whose cleanup finalizer is gone claims nothing.
+func TestPrimingConflictOldestWins(t *testing.T) {
+	ctx := context.Background()
+	for _, names := range [][2]string{{"aa", "zz"}, {"zz", "aa"}} {
+		old, young := svc(names[0], "192.0.2.1"), svc(names[1], "192.0.2.1")
+		old.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		young.CreationTimestamp = metav1.NewTime(old.CreationTimestamp.Add(time.Hour))
+		l, rec := newLB(t, young, old)
+		if st, _, err := l.GetLoadBalancer(ctx, "c", old); err != nil || st == nil || ingressIPs(st)[0] != "192.0.2.1" {
+			t.Errorf("older %s after priming = %v, %v; want 192.0.2.1", old.Name, st, err)
+		}
+		if _, held, _ := l.GetLoadBalancer(ctx, "c", young); held {
+			t.Errorf("younger %s holds an address after the conflict", young.Name)
+		}
+		if e := rec.last(); e.reason != ReasonPrimingConflict {
+			t.Errorf("last event %+v, want %s", e, ReasonPrimingConflict)
+		}
+	}
+
+	terminating := svc("terminating", "192.0.2.2")
+	terminating.DeletionTimestamp = ptr.To(metav1.Now())
+	terminating.Finalizers = []string{"example.com/hold"} // not the cleanup finalizer
+	l, _ := newLB(t, terminating)
+	next := svc("next")
+	next.Annotations = map[string]string{"baremetal-ccm.io/load-balancer-ips": "192.0.2.2"}
+	st, err := l.EnsureLoadBalancer(ctx, "c", next, nil)
+	if err != nil || ingressIPs(st)[0] != "192.0.2.2" {
+		t.Errorf("requesting a released IP of a terminating Service = %v, %v; want it", st, err)
 	}
 }

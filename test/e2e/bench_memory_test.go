@@ -5,6 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,10 +86,16 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 		}
 		b.ReportMetric(mib(rss), "rss-MiB")
 		b.ReportMetric(all.Seconds(), "all-announced-s")
+		if m, err := ccm.Metrics(ctx); err == nil {
+			b.ReportMetric(mib(int64(metricValue(m, "go_memstats_heap_inuse_bytes"))), "heap-inuse-MiB")
+		}
+		if dir := os.Getenv("BAREMETAL_CCM_BENCH_PROFILES"); dir != "" {
+			saveHeapProfile(ctx, b, ccm, filepath.Join(dir, "memory-5000-nodes-10000-services.heap.pb.gz"))
+		}
 		b.Logf("%d Nodes, %d Services with IPs announced after %v: CCM RSS %.1f MiB (target < 150 MiB); load average %s",
 			memBenchNodes, memBenchServices, all.Round(time.Second), mib(rss), loadAvg())
-		// Clean up without the upstream service controller's slow per-Service
-		// deletion pass: stop the CCM, drop its finalizer, delete the namespace.
+		// Clean up without a per-Service deletion pass: stop the CCM, drop its
+		// finalizer, delete the namespace.
 		ccm.Stop()
 		patch := []byte(`{"metadata":{"finalizers":null}}`)
 		parallel(b, memBenchServices, func(i int) error {
@@ -96,4 +106,30 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// saveHeapProfile writes the CCM's heap profile (GET /debug/pprof/heap after a GC) to
+// path, for `go tool pprof`.
+func saveHeapProfile(ctx context.Context, b *testing.B, ccm *framework.CCM, path string) {
+	b.Helper()
+	data, err := ccm.Fetch(ctx, "/debug/pprof/heap?gc=1")
+	if err == nil {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil {
+		b.Errorf("heap profile: %v", err)
+		return
+	}
+	b.Logf("heap profile in %s", path)
+}
+
+// metricValue returns the value of an unlabelled metric in Prometheus text, or 0.
+func metricValue(text, name string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
 }

@@ -14,7 +14,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
@@ -194,6 +196,9 @@ func TestLoadBalancerBGP(t *testing.T) {
 	if !netip.MustParsePrefix("192.0.2.0/28").Contains(web) {
 		t.Fatalf("web got %v, want an address of pool public (192.0.2.0/28)", web)
 	}
+	if s, err := l.cp.Client.CoreV1().Services(l.ns).Get(l.ctx, "web", metav1.GetOptions{}); err != nil || !slices.Contains(s.Finalizers, lbCleanupFinalizer) {
+		t.Errorf("web's finalizers = %v (%v), want %s with its first status", s.Finalizers, err, lbCleanupFinalizer)
+	}
 	paths := l.waitPaths(web, []int{0, 1}, nil)
 	for _, p := range paths {
 		if !slices.Contains(p.Communities, "65000:100") || !slices.Contains(p.LargeCommunities, "65000:1:2") {
@@ -225,6 +230,24 @@ func TestLoadBalancerBGP(t *testing.T) {
 	}
 	l.waitPaths(dual[0], nil, []netip.Addr{})
 	l.waitPaths(dual[1], nil, []netip.Addr{})
+	l.waitGone("dual") // the finalizer is removed once the addresses are released
+
+	// A type change away from LoadBalancer: addresses released and withdrawn, status
+	// and finalizer cleared, the Service stays.
+	l.createService("typed", nil)
+	typed := l.waitIPs("typed", 1)[0]
+	l.waitPaths(typed, []int{0, 1}, nil)
+	patch := []byte(`{"spec":{"type":"ClusterIP","externalTrafficPolicy":null,"allocateLoadBalancerNodePorts":null,"ports":[{"name":"http","protocol":"TCP","port":80,"nodePort":null}]}}`)
+	if _, err := l.cp.Client.CoreV1().Services(l.ns).Patch(l.ctx, "typed", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l.waitPaths(typed, nil, []netip.Addr{})
+	if err := framework.WaitFor(l.ctx, 30*time.Second, "typed's status and finalizer cleared", func(ctx context.Context) (bool, error) {
+		s, err := l.cp.Client.CoreV1().Services(l.ns).Get(ctx, "typed", metav1.GetOptions{})
+		return err == nil && len(s.Status.LoadBalancer.Ingress) == 0 && !slices.Contains(s.Finalizers, lbCleanupFinalizer), err
+	}); err != nil {
+		t.Error(err)
+	}
 
 	// Exhausted pool: tiny has two addresses and is used only on request.
 	for _, name := range []string{"tiny-1", "tiny-2", "tiny-3"} {
@@ -296,6 +319,24 @@ func TestLoadBalancerBGP(t *testing.T) {
 	l.waitPaths(fresh, []int{0}, nil)
 	if got := l.waitIPs("tiny-1", 1)[0]; got != tiny {
 		t.Errorf("tiny-1 has %v after its pool was removed, want its %v left alone", got, tiny)
+	}
+}
+
+// lbCleanupFinalizer is the service controller's finalizer (the upstream one's name).
+const lbCleanupFinalizer = "service.kubernetes.io/load-balancer-cleanup"
+
+// waitGone waits until the Service no longer exists (its finalizer was removed).
+func (l *lbLab) waitGone(name string) {
+	l.t.Helper()
+	err := framework.WaitFor(l.ctx, 30*time.Second, "Service "+name+" gone", func(ctx context.Context) (bool, error) {
+		_, err := l.cp.Client.CoreV1().Services(l.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		l.t.Fatal(err)
 	}
 }
 

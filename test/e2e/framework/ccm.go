@@ -236,6 +236,19 @@ func (c *CCM) Metrics(ctx context.Context) (string, error) {
 	return body, nil
 }
 
+// Fetch returns the body of an authenticated GET of path on the secure port (for
+// example /debug/pprof/heap), with the admin bearer token.
+func (c *CCM) Fetch(ctx context.Context, path string) ([]byte, error) {
+	code, body, err := c.get(ctx, path, true)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: HTTP %d: %s", path, code, tail(body, 5))
+	}
+	return []byte(body), nil
+}
+
 // LogPath is the file holding the process's stdout and stderr.
 func (c *CCM) LogPath() string { return c.log }
 

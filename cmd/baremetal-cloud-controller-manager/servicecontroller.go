@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"maps"
+
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/app"
+	"k8s.io/cloud-provider/app/config"
+	"k8s.io/cloud-provider/names"
+	genericcontrollermanager "k8s.io/controller-manager/app"
+	"k8s.io/controller-manager/controller"
+	"k8s.io/klog/v2"
+
+	lbcontroller "github.com/baremetal-ccm/baremetal-ccm/pkg/lb/controller"
+)
+
+// controllerConstructors are the upstream controllers with the service controller
+// (service-lb-controller) replaced by ours (pkg/lb/controller: no per-Service node
+// lists, one write per new Service). Name, client identity and the
+// --concurrent-service-syncs flag stay the upstream ones.
+func controllerConstructors() map[string]app.ControllerInitFuncConstructor {
+	m := maps.Clone(app.DefaultInitFuncConstructors)
+	svc := m[names.ServiceLBController]
+	svc.Constructor = startServiceController
+	m[names.ServiceLBController] = svc
+	return m
+}
+
+func startServiceController(initContext app.ControllerInitContext, completed *config.CompletedConfig, cloud cloudprovider.Interface) app.InitFunc {
+	return func(ctx context.Context, cc genericcontrollermanager.ControllerContext) (controller.Interface, bool, error) {
+		logger := klog.FromContext(ctx)
+		balancer, ok := cloud.LoadBalancer()
+		if !ok {
+			logger.Info("No loadBalancer section in the CloudConfig: the service controller is not started")
+			return nil, false, nil
+		}
+		c, err := lbcontroller.New(lbcontroller.Options{
+			Client:      completed.ClientBuilder.ClientOrDie(initContext.ClientName),
+			Services:    completed.SharedInformers.Core().V1().Services(),
+			Balancer:    balancer,
+			ClusterName: completed.ComponentConfig.KubeCloudShared.ClusterName,
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		go func() {
+			// running_managed_controllers{name="service"}, as upstream.
+			if m := cc.ControllerManagerMetrics; m != nil {
+				m.ControllerStarted("service")
+				defer m.ControllerStopped("service")
+			}
+			c.Run(ctx, int(completed.ComponentConfig.ServiceController.ConcurrentServiceSyncs))
+		}()
+		return nil, true, nil
+	}
+}

@@ -1,0 +1,349 @@
+// Package controller is baremetal-ccm's service controller: it gives type LoadBalancer
+// Services (without a loadBalancerClass) their addresses through a
+// cloudprovider.LoadBalancer and keeps status.loadBalancer and the
+// service.kubernetes.io/load-balancer-cleanup finalizer in step with it.
+//
+// It replaces the upstream service controller (k8s.io/cloud-provider/controllers/service)
+// under the same name, service-lb-controller, with the same finalizer and status
+// semantics, for two reasons specific to bare metal:
+//
+//   - Memory. The upstream controller keeps, for every Service, the list of Nodes it
+//     last synced, for clouds whose load balancers point at nodes. Our addresses are
+//     announced over BGP by every replica's agent, which follows Nodes and endpoints
+//     itself, so the node list is never used: with 5000 Nodes and 10,000 Services it
+//     was 400 MB of pointers. This controller does not watch Nodes.
+//   - API writes. A new Service cost five writes (two events, a finalizer patch, a
+//     status patch, our assignment event); here it costs two: one patch carrying the
+//     finalizer and the status together, and the assignment event (three with the
+//     MetalLB announcer, which also writes its annotations).
+//
+// Guarantees: a Service gets the finalizer no later than its first status; the
+// finalizer is removed only after EnsureLoadBalancerDeleted succeeded; a Service that
+// disappears without passing through here (finalizer removed by hand) still has its
+// addresses released; every error is retried (api.RetryError after its delay, other
+// errors with exponential backoff from 5 s to 5 min).
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/api"
+	servicehelper "k8s.io/cloud-provider/service/helpers"
+	"k8s.io/klog/v2"
+)
+
+// Event reasons this controller records (the upstream controller's names).
+const (
+	ReasonSyncFailed = "SyncLoadBalancerFailed"
+	ReasonDeleted    = "DeletedLoadBalancer"
+)
+
+// Component is the event source name, as the upstream controller's.
+const Component = "service-controller"
+
+const (
+	minRetryDelay = 5 * time.Second
+	maxRetryDelay = 300 * time.Second
+	// callTimeout bounds one sync's calls to the balancer and the API server.
+	callTimeout = 30 * time.Second
+)
+
+// Options configure a Controller.
+type Options struct {
+	// Client writes Service status and finalizers and records events.
+	Client kubernetes.Interface
+	// Services is the shared Service informer.
+	Services coreinformers.ServiceInformer
+	// Balancer assigns and releases addresses.
+	Balancer cloudprovider.LoadBalancer
+	// ClusterName is passed to the Balancer.
+	ClusterName string
+	// Recorder records events on Services. Default: one of Run's own, recording to
+	// Client as Component.
+	Recorder record.EventRecorder
+}
+
+// Controller reconciles LoadBalancer Services. Create it with New, then Run it.
+type Controller struct {
+	client   kubernetes.Interface
+	lister   corelisters.ServiceLister
+	synced   cache.InformerSynced
+	balancer cloudprovider.LoadBalancer
+	cluster  string
+	recorder record.EventRecorder
+	queue    workqueue.TypedRateLimitingInterface[string]
+}
+
+// New creates the controller and registers its handlers on the Service informer.
+func New(o Options) (*Controller, error) {
+	if o.Client == nil || o.Services == nil || o.Balancer == nil {
+		return nil, errors.New("service controller: Client, Services and Balancer are required")
+	}
+	c := &Controller{
+		client:   o.Client,
+		lister:   o.Services.Lister(),
+		synced:   o.Services.Informer().HasSynced,
+		balancer: o.Balancer,
+		cluster:  o.ClusterName,
+		recorder: o.Recorder,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](minRetryDelay, maxRetryDelay),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "service"},
+		),
+	}
+	_, err := o.Services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if svc, ok := obj.(*v1.Service); ok && (wantsLoadBalancer(svc) || hasOurs(svc)) {
+				c.enqueue(svc)
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*v1.Service)
+			n, ok2 := cur.(*v1.Service)
+			if ok1 && ok2 && (wantsLoadBalancer(n) || hasOurs(n) || wantsLoadBalancer(o)) && changed(o, n) {
+				c.enqueue(n)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			// Normally the finalizer brings a deletion through UpdateFunc first; this
+			// catches a Service whose finalizer was removed by someone else.
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if svc, ok := obj.(*v1.Service); ok && (wantsLoadBalancer(svc) || hasOurs(svc)) {
+				c.enqueue(svc)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("service controller: %w", err)
+	}
+	return c, nil
+}
+
+func (c *Controller) enqueue(svc *v1.Service) {
+	c.queue.Add(svc.Namespace + "/" + svc.Name)
+}
+
+// Run processes Services with the given number of workers until ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	if c.recorder == nil {
+		b := record.NewBroadcaster(record.WithContext(ctx))
+		b.StartStructuredLogging(3)
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+		defer b.Shutdown()
+		c.recorder = b.NewRecorder(scheme.Scheme, v1.EventSource{Component: Component})
+	}
+	logger.Info("Starting service controller", "workers", workers)
+	defer logger.Info("Shutting down service controller")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {
+		return
+	}
+	if workers < 1 {
+		workers = 1
+	}
+	for range workers {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.processNext(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	err := c.sync(ctx, key)
+	if err == nil {
+		c.queue.Forget(key)
+		return true
+	}
+	logger := klog.FromContext(ctx)
+	var re *api.RetryError
+	if errors.As(err, &re) {
+		logger.V(2).Info("Service not ready yet; retrying", "service", key, "after", re.RetryAfter(), "reason", err.Error())
+		c.queue.AddAfter(key, re.RetryAfter())
+	} else {
+		logger.Error(err, "Syncing load balancer failed; retrying with backoff", "service", key)
+		c.queue.AddRateLimited(key)
+	}
+	return true
+}
+
+// sync brings one Service's load balancer, finalizer and status in step.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not ours to retry: a malformed key never becomes valid
+	}
+	svc, err := c.lister.Services(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		// Gone without its finalizer passing through here: release what it held.
+		gone := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if err := c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, gone); err != nil && !errors.Is(err, cloudprovider.ImplementedElsewhere) {
+			return fmt.Errorf("releasing the load balancer of deleted Service %s: %w", key, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	svc = svc.DeepCopy() // the informer's object is shared; the balancer gets its own
+	if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil {
+		return c.cleanup(ctx, svc)
+	}
+	return c.ensure(ctx, svc)
+}
+
+// ensure assigns the Service its addresses and writes finalizer and status in one
+// patch when either is missing or different.
+func (c *Controller) ensure(ctx context.Context, svc *v1.Service) error {
+	status, err := c.balancer.EnsureLoadBalancer(ctx, c.cluster, svc, nil)
+	if errors.Is(err, cloudprovider.ImplementedElsewhere) {
+		return nil
+	}
+	if err != nil {
+		var re *api.RetryError
+		if !errors.As(err, &re) {
+			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error syncing load balancer: %v", err)
+		}
+		return fmt.Errorf("ensuring the load balancer: %w", err)
+	}
+	if status == nil {
+		return errors.New("the balancer returned no status")
+	}
+	want := svc.DeepCopy()
+	if !servicehelper.HasLBFinalizer(want) {
+		want.Finalizers = append(want.Finalizers, servicehelper.LoadBalancerCleanupFinalizer)
+	}
+	want.Status.LoadBalancer = *status
+	if err := c.patch(ctx, svc, want); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted meanwhile (it had no finalizer yet): give the addresses back.
+			return c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, svc)
+		}
+		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error writing load balancer status and finalizer: %v", err)
+		return fmt.Errorf("writing the load balancer status: %w", err)
+	}
+	return nil
+}
+
+// cleanup releases the Service's addresses, then removes the finalizer and clears the
+// status in one patch, also for a Service that other finalizers keep terminating, so
+// that no Service shows an address that is free again. A Service of another
+// loadBalancerClass that carries the finalizer only loses the finalizer: its status
+// and annotations are its own controller's.
+func (c *Controller) cleanup(ctx context.Context, svc *v1.Service) error {
+	_, exists, err := c.balancer.GetLoadBalancer(ctx, c.cluster, svc)
+	if err != nil {
+		return fmt.Errorf("checking the load balancer before cleanup: %w", err)
+	}
+	ours := exists || hasOurs(svc) && svc.Spec.LoadBalancerClass == nil
+	if ours {
+		if err := c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, svc); err != nil && !errors.Is(err, cloudprovider.ImplementedElsewhere) {
+			var re *api.RetryError
+			if !errors.As(err, &re) {
+				c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error deleting load balancer: %v", err)
+			}
+			return fmt.Errorf("deleting the load balancer: %w", err)
+		}
+	}
+	want := svc.DeepCopy()
+	want.Finalizers = slices.DeleteFunc(want.Finalizers, func(f string) bool { return f == servicehelper.LoadBalancerCleanupFinalizer })
+	if ours {
+		want.Status.LoadBalancer = v1.LoadBalancerStatus{}
+	}
+	if err := c.patch(ctx, svc, want); err != nil && !apierrors.IsNotFound(err) {
+		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error removing load balancer status and cleanup finalizer: %v", err)
+		return fmt.Errorf("removing the load balancer cleanup finalizer: %w", err)
+	}
+	if ours {
+		c.recorder.Event(svc, v1.EventTypeNormal, ReasonDeleted, "Deleted load balancer")
+	}
+	return nil
+}
+
+// patch writes the difference between old's and want's cleanup finalizer and
+// status.loadBalancer through the status subresource (which also takes metadata) as
+// one strategic merge patch, or nothing when there is none. The patch names only our
+// finalizer, so finalizers others add meanwhile are kept whatever the informer's view.
+func (c *Controller) patch(ctx context.Context, old, want *v1.Service) error {
+	meta := map[string]any{}
+	switch had, has := servicehelper.HasLBFinalizer(old), servicehelper.HasLBFinalizer(want); {
+	case has && !had:
+		meta["finalizers"] = []string{servicehelper.LoadBalancerCleanupFinalizer}
+	case had && !has:
+		meta["$deleteFromPrimitiveList/finalizers"] = []string{servicehelper.LoadBalancerCleanupFinalizer}
+	}
+	body := map[string]any{}
+	if len(meta) > 0 {
+		body["metadata"] = meta
+	}
+	if !servicehelper.LoadBalancerStatusEqual(&old.Status.LoadBalancer, &want.Status.LoadBalancer) {
+		// ingress is replaced as a whole; null clears it.
+		body["status"] = map[string]any{"loadBalancer": map[string]any{"ingress": want.Status.LoadBalancer.Ingress}}
+	}
+	if len(body) == 0 {
+		return nil
+	}
+	p, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encoding the patch: %w", err)
+	}
+	_, err = c.client.CoreV1().Services(old.Namespace).Patch(ctx, old.Name, types.StrategicMergePatchType, p, metav1.PatchOptions{}, "status")
+	return err
+}
+
+// wantsLoadBalancer reports whether the Service is a LoadBalancer this controller
+// serves: type LoadBalancer and no loadBalancerClass.
+func wantsLoadBalancer(svc *v1.Service) bool {
+	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
+}
+
+// hasOurs reports whether the Service carries our finalizer.
+func hasOurs(svc *v1.Service) bool { return servicehelper.HasLBFinalizer(svc) }
+
+// changed reports whether an update can change what this controller does: spec,
+// annotations and labels (address requests, pool selectors), finalizers, deletion or
+// identity. A status-only change is not one (as upstream): reacting to it would make
+// this controller and another writer of the same status (a second load-balancer
+// controller) rewrite each other's status forever. Our status is rewritten at the
+// next change of the Service or restart.
+func changed(old, cur *v1.Service) bool {
+	return old.UID != cur.UID ||
+		!reflect.DeepEqual(old.Spec, cur.Spec) ||
+		!reflect.DeepEqual(old.Annotations, cur.Annotations) ||
+		!reflect.DeepEqual(old.Labels, cur.Labels) ||
+		!reflect.DeepEqual(old.Finalizers, cur.Finalizers) ||
+		!reflect.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp)
+}

@@ -1,0 +1,431 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/cloud-provider/api"
+	servicehelper "k8s.io/cloud-provider/service/helpers"
+	"k8s.io/utils/ptr"
+)
+
+// fakeBalancer is a cloudprovider.LoadBalancer that assigns a fixed status and records
+// its calls.
+type fakeBalancer struct {
+	mu       sync.Mutex
+	status   *v1.LoadBalancerStatus
+	err      error
+	held     map[string]bool
+	ensured  []string
+	released []string
+}
+
+func newFakeBalancer(ip string) *fakeBalancer {
+	return &fakeBalancer{status: &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: ip, IPMode: ptr.To(v1.LoadBalancerIPModeVIP)}}}, held: map[string]bool{}}
+}
+
+func (f *fakeBalancer) GetLoadBalancer(_ context.Context, _ string, svc *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held[svc.Namespace+"/"+svc.Name] {
+		return f.status, true, nil
+	}
+	return nil, false, nil
+}
+
+func (f *fakeBalancer) GetLoadBalancerName(context.Context, string, *v1.Service) string { return "" }
+
+func (f *fakeBalancer) EnsureLoadBalancer(_ context.Context, _ string, svc *v1.Service, _ []*v1.Node) (*v1.LoadBalancerStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := svc.Namespace + "/" + svc.Name
+	f.ensured = append(f.ensured, k)
+	if f.err != nil {
+		return nil, f.err
+	}
+	f.held[k] = true
+	return f.status.DeepCopy(), nil
+}
+
+func (f *fakeBalancer) UpdateLoadBalancer(context.Context, string, *v1.Service, []*v1.Node) error {
+	return nil
+}
+
+func (f *fakeBalancer) EnsureLoadBalancerDeleted(_ context.Context, _ string, svc *v1.Service) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := svc.Namespace + "/" + svc.Name
+	f.released = append(f.released, k)
+	delete(f.held, k)
+	return nil
+}
+
+type fixture struct {
+	t        *testing.T
+	client   *fake.Clientset
+	balancer *fakeBalancer
+	recorder *record.FakeRecorder
+	c        *Controller
+	informer informers.SharedInformerFactory
+}
+
+// newFixture builds a controller over a fake clientset holding svcs, with the
+// informer's store filled directly (no watch), and clears the recorded actions.
+func newFixture(t *testing.T, svcs ...*v1.Service) *fixture {
+	t.Helper()
+	objs := make([]runtime.Object, 0, len(svcs))
+	for _, s := range svcs {
+		objs = append(objs, s)
+	}
+	f := &fixture{t: t, client: fake.NewClientset(objs...), balancer: newFakeBalancer("192.0.2.10"), recorder: record.NewFakeRecorder(10)}
+	f.informer = informers.NewSharedInformerFactory(f.client, 0)
+	svcInformer := f.informer.Core().V1().Services()
+	c, err := New(Options{Client: f.client, Services: svcInformer, Balancer: f.balancer, ClusterName: "c", Recorder: f.recorder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range svcs {
+		if err := svcInformer.Informer().GetIndexer().Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.c = c
+	f.client.ClearActions()
+	return f
+}
+
+func (f *fixture) sync(key string) error {
+	f.t.Helper()
+	return f.c.sync(context.Background(), key)
+}
+
+// writes returns the fake clientset's write actions as "verb resource/subresource".
+func (f *fixture) writes() []k8stesting.Action {
+	var out []k8stesting.Action
+	for _, a := range f.client.Actions() {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func lbService(name string, mutate ...func(*v1.Service)) *v1.Service {
+	s := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec:       v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Ports: []v1.ServicePort{{Port: 80}}},
+	}
+	for _, m := range mutate {
+		m(s)
+	}
+	return s
+}
+
+func withOurs(s *v1.Service) {
+	s.Finalizers = append(s.Finalizers, servicehelper.LoadBalancerCleanupFinalizer)
+	s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "192.0.2.10", IPMode: ptr.To(v1.LoadBalancerIPModeVIP)}}
+}
+
+func TestNewServiceOnePatch(t *testing.T) {
+	f := newFixture(t, lbService("web"))
+	if err := f.sync("ns/web"); err != nil {
+		t.Fatal(err)
+	}
+	w := f.writes()
+	if len(w) != 1 {
+		t.Fatalf("writes = %v, want one patch carrying finalizer and status", w)
+	}
+	p, ok := w[0].(k8stesting.PatchAction)
+	if !ok || p.GetSubresource() != "status" {
+		t.Fatalf("write %v is not a status patch", w[0])
+	}
+	body := string(p.GetPatch())
+	for _, want := range []string{servicehelper.LoadBalancerCleanupFinalizer, "192.0.2.10"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("patch %s lacks %s", body, want)
+		}
+	}
+	if strings.Contains(body, `"spec"`) {
+		t.Errorf("patch %s touches spec", body)
+	}
+	got, err := f.client.CoreV1().Services("ns").Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !servicehelper.HasLBFinalizer(got) || len(got.Status.LoadBalancer.Ingress) != 1 || got.Status.LoadBalancer.Ingress[0].IP != "192.0.2.10" {
+		t.Errorf("stored Service finalizers %v status %v", got.Finalizers, got.Status.LoadBalancer)
+	}
+	if ev := f.events(); len(ev) != 0 {
+		t.Errorf("events %v, want none from the controller on success (the balancer records the assignment)", ev)
+	}
+}
+
+func TestInSyncWritesNothing(t *testing.T) {
+	f := newFixture(t, lbService("web", withOurs))
+	if err := f.sync("ns/web"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("writes = %v for a Service already in step", w)
+	}
+	if len(f.balancer.ensured) != 1 {
+		t.Errorf("EnsureLoadBalancer calls = %v, want 1 (it keeps the balancer's state current)", f.balancer.ensured)
+	}
+}
+
+func TestEnsureErrors(t *testing.T) {
+	t.Run("retry error: no event, RetryError kept", func(t *testing.T) {
+		f := newFixture(t, lbService("web"))
+		f.balancer.err = api.NewRetryError("pool exhausted", 30*time.Second)
+		err := f.sync("ns/web")
+		var re *api.RetryError
+		if !errors.As(err, &re) || re.RetryAfter() != 30*time.Second {
+			t.Fatalf("sync = %v, want the RetryError (30s) wrapped", err)
+		}
+		if ev := f.events(); len(ev) != 0 {
+			t.Errorf("events %v: a retry error was already reported by the balancer", ev)
+		}
+		if w := f.writes(); len(w) != 0 {
+			t.Errorf("writes %v after a failed ensure", w)
+		}
+	})
+	t.Run("other error: SyncLoadBalancerFailed", func(t *testing.T) {
+		f := newFixture(t, lbService("web"))
+		f.balancer.err = errors.New("announcer down")
+		if err := f.sync("ns/web"); err == nil || !strings.Contains(err.Error(), "announcer down") {
+			t.Fatalf("sync = %v", err)
+		}
+		ev := f.events()
+		if len(ev) != 1 || !strings.Contains(ev[0], ReasonSyncFailed) || !strings.Contains(ev[0], "announcer down") {
+			t.Errorf("events %v, want one %s naming the cause", ev, ReasonSyncFailed)
+		}
+	})
+}
+
+func TestDeletionReleasesThenRemovesFinalizer(t *testing.T) {
+	svc := lbService("web", withOurs, func(s *v1.Service) { s.DeletionTimestamp = ptr.To(metav1.Now()) })
+	f := newFixture(t, svc)
+	f.balancer.held["ns/web"] = true
+	if err := f.sync("ns/web"); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.balancer.released) != 1 {
+		t.Fatalf("released = %v, want ns/web once", f.balancer.released)
+	}
+	w := f.writes()
+	if len(w) != 1 {
+		t.Fatalf("writes = %v, want the finalizer removal", w)
+	}
+	body := string(w[0].(k8stesting.PatchAction).GetPatch())
+	if !strings.Contains(body, "$deleteFromPrimitiveList/finalizers") {
+		t.Errorf("patch %s does not remove the finalizer", body)
+	}
+	// Other finalizers may keep it terminating: it must not show the released IP.
+	if !strings.Contains(body, `"ingress":null`) {
+		t.Errorf("patch %s does not clear the status of the released Service", body)
+	}
+	if ev := f.events(); len(ev) != 1 || !strings.Contains(ev[0], ReasonDeleted) {
+		t.Errorf("events %v, want %s", ev, ReasonDeleted)
+	}
+}
+
+func TestTypeChangeClearsStatus(t *testing.T) {
+	svc := lbService("web", withOurs, func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeClusterIP })
+	f := newFixture(t, svc)
+	f.balancer.held["ns/web"] = true
+	if err := f.sync("ns/web"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.client.CoreV1().Services("ns").Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if servicehelper.HasLBFinalizer(got) || len(got.Status.LoadBalancer.Ingress) != 0 {
+		t.Errorf("after the type change: finalizers %v status %v, want both cleared", got.Finalizers, got.Status.LoadBalancer)
+	}
+	if len(f.balancer.released) != 1 {
+		t.Errorf("released = %v", f.balancer.released)
+	}
+}
+
+func TestOtherClassUntouched(t *testing.T) {
+	svc := lbService("other", func(s *v1.Service) {
+		s.Spec.LoadBalancerClass = ptr.To("example.com/other")
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "203.0.113.1"}}
+	})
+	f := newFixture(t, svc)
+	if err := f.sync("ns/other"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("writes %v on another class's Service", w)
+	}
+	if len(f.balancer.ensured)+len(f.balancer.released) != 0 {
+		t.Errorf("balancer called: ensured %v released %v", f.balancer.ensured, f.balancer.released)
+	}
+	if f.c.queue.Len() != 0 {
+		t.Errorf("queue holds %d keys: the informer handlers enqueue only Services of ours", f.c.queue.Len())
+	}
+}
+
+func TestVanishedServiceReleased(t *testing.T) {
+	f := newFixture(t)
+	if err := f.sync("ns/gone"); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.balancer.released) != 1 || f.balancer.released[0] != "ns/gone" {
+		t.Errorf("released = %v, want ns/gone", f.balancer.released)
+	}
+}
+
+func TestDeletedBeforeFirstPatchReleased(t *testing.T) {
+	f := newFixture(t, lbService("web"))
+	// The Service is gone from the API server, the informer has not seen it yet.
+	if err := f.client.Tracker().Delete(v1.SchemeGroupVersion.WithResource("services"), "ns", "web"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sync("ns/web"); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.balancer.released) != 1 {
+		t.Errorf("released = %v: the addresses assigned to a Service that vanished before its status was written must be given back", f.balancer.released)
+	}
+}
+
+func TestChanged(t *testing.T) {
+	base := lbService("web", withOurs)
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1.Service)
+		want   bool
+	}{
+		{"resourceVersion only", func(s *v1.Service) { s.ResourceVersion = "42" }, false},
+		{"managed fields only", func(s *v1.Service) { s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}} }, false},
+		{"annotation", func(s *v1.Service) { s.Annotations = map[string]string{"baremetal-ccm.io/address-pool": "p"} }, true},
+		{"label", func(s *v1.Service) { s.Labels = map[string]string{"tier": "web"} }, true},
+		{"spec", func(s *v1.Service) { s.Spec.LoadBalancerIP = "192.0.2.20" }, true},
+		{"finalizer removed", func(s *v1.Service) { s.Finalizers = nil }, true},
+		{"deletion", func(s *v1.Service) { s.DeletionTimestamp = ptr.To(metav1.Now()) }, true},
+		{"status rewritten by another writer", func(s *v1.Service) { s.Status.LoadBalancer.Ingress[0].IP = "192.0.2.99" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cur := base.DeepCopy()
+			tc.mutate(cur)
+			if got := changed(base, cur); got != tc.want {
+				t.Errorf("changed = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunProcessesExistingServices(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := f.client.CoreV1().Services("ns").Create(ctx, lbService("web"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.informer.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() { defer close(done); f.c.Run(ctx, 2) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := f.client.CoreV1().Services("ns").Get(ctx, "web", metav1.GetOptions{})
+		if err == nil && len(got.Status.LoadBalancer.Ingress) == 1 && servicehelper.HasLBFinalizer(got) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running controller did not write status and finalizer: %v, %v", got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	f.informer.Shutdown()
+}
+
+func TestFinalizerRemovalKeepsOthers(t *testing.T) {
+	svc := lbService("web", withOurs, func(s *v1.Service) { s.DeletionTimestamp = ptr.To(metav1.Now()) })
+	f := newFixture(t, svc)
+	// Someone added a finalizer the informer has not delivered yet.
+	onServer := svc.DeepCopy()
+	onServer.Finalizers = append(onServer.Finalizers, "example.com/keep")
+	if err := f.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("services"), onServer, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sync("ns/web"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.client.CoreV1().Services("ns").Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Finalizers) != 1 || got.Finalizers[0] != "example.com/keep" {
+		t.Errorf("finalizers after cleanup = %v, want only example.com/keep", got.Finalizers)
+	}
+}
+
+// TestOtherClassWithOurFinalizer: a Service of another class that still carries the
+// cleanup finalizer (its type was changed while the CCM was down) loses only the
+// finalizer; its status and annotations belong to its own controller.
+func TestOtherClassWithOurFinalizer(t *testing.T) {
+	svc := lbService("other", withOurs, func(s *v1.Service) { s.Spec.LoadBalancerClass = ptr.To("example.com/other") })
+	f := newFixture(t, svc)
+	if err := f.sync("ns/other"); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.balancer.released) != 0 {
+		t.Errorf("released %v for a Service of another class", f.balancer.released)
+	}
+	got, err := f.client.CoreV1().Services("ns").Get(context.Background(), "other", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if servicehelper.HasLBFinalizer(got) {
+		t.Error("the cleanup finalizer stays")
+	}
+	if len(got.Status.LoadBalancer.Ingress) != 1 {
+		t.Errorf("status %v: another class's status was cleared", got.Status.LoadBalancer)
+	}
+	if ev := f.events(); len(ev) != 0 {
+		t.Errorf("events %v", ev)
+	}
+}
+
+func TestPatchFailureIsAnEvent(t *testing.T) {
+	f := newFixture(t, lbService("web"))
+	f.client.PrependReactor("patch", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("admission webhook denied the request")
+	})
+	if err := f.sync("ns/web"); err == nil {
+		t.Fatal("sync succeeded with the patch refused")
+	}
+	ev := f.events()
+	if len(ev) != 1 || !strings.Contains(ev[0], ReasonSyncFailed) || !strings.Contains(ev[0], "webhook denied") {
+		t.Errorf("events %v, want one %s naming the cause", ev, ReasonSyncFailed)
+	}
+}
