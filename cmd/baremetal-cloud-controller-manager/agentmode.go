@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/internal/sdnotify"
+	"github.com/baremetal-ccm/baremetal-ccm/internal/trim"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
@@ -80,7 +81,7 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	stop := stopOnSignal(notifier)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-stop; cancel() }()
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object))
 	nodes := factory.Core().V1().Nodes().Informer()
 	done, err := runAgent(ctx, client, factory, cloud, *nodeName)
 	if err != nil {

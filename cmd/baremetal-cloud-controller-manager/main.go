@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
 	"k8s.io/cloud-provider/app/config"
@@ -24,7 +25,9 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"  // build info metric
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/internal/gctune"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/sdnotify"
+	"github.com/baremetal-ccm/baremetal-ccm/internal/trim"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
@@ -33,6 +36,7 @@ import (
 const program = "baremetal-cloud-controller-manager"
 
 func main() {
+	gctune.Apply() // GOGC=50 unless the environment says otherwise (see internal/gctune)
 	if wantsVersion(os.Args[1:]) {
 		fmt.Println(version.String(program))
 		return
@@ -63,6 +67,10 @@ func main() {
 	extra := cliflag.NamedFlagSets{}
 	flags.addTo(extra.FlagSet("baremetal agent"))
 	initCloud := func(c *config.CompletedConfig) cloudprovider.Interface {
+		// Nothing has used the shared informer factory yet: replace it by one that
+		// trims what no controller reads before caching (internal/trim).
+		c.SharedInformers = informers.NewSharedInformerFactoryWithOptions(c.VersionedClient, app.ResyncPeriod(c)(),
+			informers.WithTransform(trim.Object))
 		cloud := newCloud(c)
 		bareCloud = cloud.(*provider.Cloud)
 		// The agent runs on every replica, leader or not: it starts before leader

@@ -238,11 +238,15 @@ func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 // reportOutOfPool sets the Service's out-of-pool metric and records an event when it
 // holds IPs no pool contains.
 func (l *LoadBalancer) reportOutOfPool(svc *v1.Service, ips []netip.Addr) {
-	outOfPool.WithLabelValues(svc.Namespace, svc.Name).Set(float64(len(ips)))
-	if len(ips) > 0 {
-		l.events.Eventf(svc, v1.EventTypeWarning, ReasonIPOutsidePools,
-			"%v is in no configured pool any more: it stays assigned but is not announced. Add the range back to a pool, or recreate the Service to get an address from the current pools", ips)
+	if len(ips) == 0 {
+		// Series exist only for Services that have the problem: one per Service
+		// would be 10,000 series (and megabytes) on a large cluster.
+		outOfPool.DeleteLabelValues(svc.Namespace, svc.Name)
+		return
 	}
+	outOfPool.WithLabelValues(svc.Namespace, svc.Name).Set(float64(len(ips)))
+	l.events.Eventf(svc, v1.EventTypeWarning, ReasonIPOutsidePools,
+		"%v is in no configured pool any more: it stays assigned but is not announced. Add the range back to a pool, or recreate the Service to get an address from the current pools", ips)
 }
 
 // UpdateLoadBalancer has nothing to do for a node set change: announcements follow

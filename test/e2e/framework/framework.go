@@ -171,7 +171,9 @@ func ModuleRoot() (string, error) {
 
 // BuildBinary runs `go build` on pkg (a path relative to the module root, such as
 // "./cmd/baremetal-cloud-controller-manager") into RunMain's temp dir, which RunMain
-// removes at the end, and returns the binary's path.
+// removes at the end, and returns the binary's path. It builds as `make build` and the
+// packages do (CGO_ENABLED=0, -trimpath, -ldflags "-s -w"), so the tests and the
+// benchmarks run what is shipped.
 func BuildBinary(ctx context.Context, pkg string) (string, error) {
 	if shared.tmp == "" {
 		return "", errors.New("framework.BuildBinary: call framework.RunMain from TestMain")
@@ -185,8 +187,9 @@ func BuildBinary(ctx context.Context, pkg string) (string, error) {
 		return "", fmt.Errorf("building %s: %w", pkg, err)
 	}
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, pkg)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s (in %s): %w\n%s", pkg, root, err, out)
 	}

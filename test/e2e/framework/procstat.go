@@ -24,27 +24,41 @@ func (c *CCM) RSS() (int64, error) {
 }
 
 // ProcRSS returns VmRSS of /proc/<pid>/status in bytes.
-func ProcRSS(pid int) (int64, error) {
+func ProcRSS(pid int) (int64, error) { return procStatusKB(pid, "VmRSS") }
+
+// ProcRSSParts returns the anonymous (heap, stacks) and file-backed (the binary's
+// mapped code and data, reclaimable) parts of the process's RSS in bytes: RssAnon and
+// RssFile of /proc/<pid>/status.
+func ProcRSSParts(pid int) (anon, file int64, err error) {
+	if anon, err = procStatusKB(pid, "RssAnon"); err != nil {
+		return 0, 0, err
+	}
+	file, err = procStatusKB(pid, "RssFile")
+	return anon, file, err
+}
+
+// procStatusKB returns the "<field>: N kB" line of /proc/<pid>/status in bytes.
+func procStatusKB(pid int, field string) (int64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		rest, ok := strings.CutPrefix(line, "VmRSS:")
+		rest, ok := strings.CutPrefix(line, field+":")
 		if !ok {
 			continue
 		}
 		f := strings.Fields(rest) // "12345 kB"
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("pid %d: unexpected VmRSS line %q", pid, line)
+			return 0, fmt.Errorf("pid %d: unexpected %s line %q", pid, field, line)
 		}
 		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("pid %d: VmRSS %q: %w", pid, line, err)
+			return 0, fmt.Errorf("pid %d: %s %q: %w", pid, field, line, err)
 		}
 		return kb * 1024, nil
 	}
-	return 0, fmt.Errorf("pid %d: no VmRSS in /proc/%d/status", pid, pid)
+	return 0, fmt.Errorf("pid %d: no %s in /proc/%d/status", pid, field, pid)
 }
 
 // CPUTime returns the user plus system CPU time the CCM has used so far

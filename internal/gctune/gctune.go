@@ -1,0 +1,35 @@
+// Package gctune sets this binary's garbage-collector default.
+//
+// Go's default (GOGC=100) lets the heap grow to twice the live data before a
+// collection. The CCM's live data is mostly its informer caches, which are large and
+// stable, so that doubling is most of its memory: with 5000 Nodes and 10,000
+// Services about 65 MB live became over 200 MiB resident. GOGC=50 bounds the heap at
+// one and a half times the live data for a small CPU cost (collections of a mostly
+// unchanging heap are cheap). An operator's GOGC or GOMEMLIMIT always wins.
+package gctune
+
+import (
+	"os"
+	"runtime/debug"
+)
+
+// DefaultGCPercent is the GOGC this binary runs with unless GOGC is set.
+const DefaultGCPercent = 50
+
+// Apply sets DefaultGCPercent unless the environment sets GOGC or GOMEMLIMIT, and
+// returns the GC percent in effect.
+func Apply() int {
+	return apply(os.LookupEnv)
+}
+
+func apply(lookup func(string) (string, bool)) int {
+	_, gogc := lookup("GOGC")
+	_, limit := lookup("GOMEMLIMIT")
+	if gogc || limit {
+		current := debug.SetGCPercent(100)
+		debug.SetGCPercent(current)
+		return current
+	}
+	debug.SetGCPercent(DefaultGCPercent)
+	return DefaultGCPercent
+}
