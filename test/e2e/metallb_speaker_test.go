@@ -378,7 +378,7 @@ bgp:
 			return len(rs) == 1 && rs[0].Protocol == proto, nil
 		})
 		if err != nil {
-			t.Fatalf("%v; last seen %+v\nspeaker log tail:\n%s", err, got, lastLines(sp.Log(), 30))
+			t.Fatalf("%v; last seen %+v (the speaker's log follows at cleanup)", err, got)
 		}
 		return got
 	}
@@ -422,12 +422,4 @@ bgp:
 	}
 	waitRoute(next, false)
 
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

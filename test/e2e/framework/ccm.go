@@ -7,33 +7,23 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/baremetal-ccm/baremetal-ccm/test/internal/childproc"
 )
 
 // CCM is a baremetal-cloud-controller-manager process started by StartCCM.
 type CCM struct {
+	*Process
 	// Port is the secure port serving /healthz and /metrics on 127.0.0.1.
 	Port int
 	// Args are the command-line arguments the process was started with.
 	Args []string
 
-	t    testing.TB
 	cp   *ControlPlane
 	addr string // where /healthz and /metrics are served
-	cmd  *exec.Cmd
-	log  string
 	http *http.Client
-	done chan struct{}
-	err  error // exit status; set before done is closed
 }
 
 // DefaultCCMArgs returns the arguments StartCCM uses unless extraArgs override them:
@@ -106,38 +96,20 @@ func startCCM(t testing.TB, cp *ControlPlane, binary string, env, wrapper []stri
 	if a, ok := flagValue(args, "bind-address"); ok && a != "0.0.0.0" && a != "::" {
 		addr = a
 	}
-	dir := t.TempDir()
 	c := &CCM{
-		Port: port, Args: args, t: t, cp: cp, addr: addr,
-		log:  filepath.Join(dir, "ccm.log"),
-		done: make(chan struct{}),
+		Port: port, Args: args, cp: cp, addr: addr,
 		http: &http.Client{
 			Timeout: 5 * time.Second,
 			// The CCM serves a self-signed certificate on loopback.
 			Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
 		},
 	}
-	logf, err := os.Create(c.log)
-	if err != nil {
-		t.Fatalf("StartCCM: %v", err)
-	}
-	defer logf.Close()
-	// The wrapper (ip netns exec NS) execs the CCM: the PID stays the CCM's.
-	argv := append(append(append([]string{}, wrapper...), binary), args...)
-	c.cmd = exec.Command(argv[0], argv[1:]...)
-	c.cmd.Env = append(os.Environ(), env...)
-	c.cmd.Stdout, c.cmd.Stderr = logf, logf
-	if err := childproc.Start(c.cmd); err != nil {
-		t.Fatalf("StartCCM: starting %s: %v", binary, err)
-	}
-	go func() {
-		c.err = c.cmd.Wait()
-		close(c.done)
-	}()
-	t.Logf("CCM pid %d started on %s:%d, log %s", c.cmd.Process.Pid, addr, port, c.log)
+	// Registered before the Process's cleanup, so it runs after the CCM stopped.
 	t.Cleanup(func() {
-		c.Stop()
 		c.http.CloseIdleConnections()
+		if c.Process == nil {
+			return
+		}
 		// The CCM runs with the packaged RBAC only: a denial means it lacks a permission.
 		for _, line := range strings.Split(c.Log(), "\n") {
 			if strings.Contains(line, " is forbidden: ") {
@@ -145,57 +117,16 @@ func startCCM(t testing.TB, cp *ControlPlane, binary string, env, wrapper []stri
 				break
 			}
 		}
-		if t.Failed() {
-			t.Logf("last lines of CCM log %s:\n%s", c.log, tail(c.Log(), 150))
-		}
 	})
+	// The wrapper (ip netns exec NS) execs the CCM: the PID stays the CCM's.
+	argv := append(append(append([]string{}, wrapper...), binary), args...)
+	p, err := startProcess(t, "CCM", env, argv, 150)
+	if err != nil {
+		t.Fatalf("StartCCM: %v", err)
+	}
+	c.Process = p
+	t.Logf("CCM pid %d started on %s:%d, log %s", p.PID(), addr, port, p.log)
 	return c
-}
-
-// Stop sends SIGTERM, waits up to 10 s for the process to exit, then kills it. It is
-// idempotent.
-func (c *CCM) Stop() {
-	c.signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		c.t.Logf("CCM pid %d still runs 10 s after SIGTERM; killing it", c.cmd.Process.Pid)
-		c.Kill()
-	}
-}
-
-// Kill sends SIGKILL (a crash) and waits up to 10 s for the process to be gone.
-func (c *CCM) Kill() {
-	c.signal(syscall.SIGKILL)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		c.t.Errorf("CCM pid %d still runs 10 s after SIGKILL", c.cmd.Process.Pid)
-	}
-}
-
-// signal signals the process unless it has exited (Go's os.Process never signals a
-// reused PID after Wait).
-func (c *CCM) signal(s os.Signal) {
-	select {
-	case <-c.done:
-	default:
-		_ = c.cmd.Process.Signal(s)
-	}
-}
-
-// Done is closed when the process has exited.
-func (c *CCM) Done() <-chan struct{} { return c.done }
-
-// ExitErr returns how the process exited (nil for status 0) once Done is closed, and
-// nil before.
-func (c *CCM) ExitErr() error {
-	select {
-	case <-c.done:
-		return c.err
-	default:
-		return nil
-	}
 }
 
 // WaitHealthy waits, at most 60 s or until ctx is done, until GET /healthz answers 200.
@@ -247,18 +178,6 @@ func (c *CCM) Fetch(ctx context.Context, path string) ([]byte, error) {
 		return nil, fmt.Errorf("GET %s: HTTP %d: %s", path, code, tail(body, 5))
 	}
 	return []byte(body), nil
-}
-
-// LogPath is the file holding the process's stdout and stderr.
-func (c *CCM) LogPath() string { return c.log }
-
-// Log returns the process's output so far.
-func (c *CCM) Log() string {
-	data, err := os.ReadFile(c.log)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", c.log, err)
-	}
-	return string(data)
 }
 
 func (c *CCM) get(ctx context.Context, path string, auth bool) (int, string, error) {

@@ -15,13 +15,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/baremetal-ccm/baremetal-ccm/test/internal/childproc"
 )
 
 // Host is a network namespace standing for another machine: its own interfaces and
@@ -198,21 +195,11 @@ func run(args ...string) error {
 	return nil
 }
 
-// Process is a process the test started in a Host (see StartIn).
-type Process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-}
-
 // Agent is a `baremetal-cloud-controller-manager agent` process in a Host.
 type Agent = Process
 
 // StartAgentIn starts the CCM binary's agent mode in h's namespace, with h's
-// kubeconfig and the given CloudConfig and node name. It is stopped (SIGTERM) when the
-// test ends; if the test failed, its log's tail is printed.
+// kubeconfig and the given CloudConfig and node name.
 func StartAgentIn(t testing.TB, h *Host, cloudConfigPath, nodeName string, extraArgs ...string) *Agent {
 	t.Helper()
 	args := append([]string{CCMBinary(), "agent",
@@ -221,65 +208,13 @@ func StartAgentIn(t testing.TB, h *Host, cloudConfigPath, nodeName string, extra
 }
 
 // StartIn starts argv in h's namespace (ip netns exec, which execs argv: the PID is
-// argv's) with env added to the test's environment, output to a log file. The process
-// dies with the test binary (Pdeathsig), is stopped (SIGTERM) when the test ends, and
-// if the test failed the log's tail is printed under name.
+// argv's) with env added to the test's environment; see Process.
 func StartIn(t testing.TB, h *Host, name string, env []string, argv ...string) *Process {
 	t.Helper()
-	p := &Process{name: name, log: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
-	logf, err := os.Create(p.log)
+	p, err := startProcess(t, name, env, append([]string{"ip", "netns", "exec", h.Name}, argv...), 80)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", h.Name}, argv...)...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if len(env) > 0 {
-		p.cmd.Env = append(os.Environ(), env...)
-	}
-	if err := childproc.Start(p.cmd); err != nil {
 		t.Fatalf("StartIn %s: %v", name, err)
 	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Logf("%s pid %d started in %s, log %s", name, p.cmd.Process.Pid, h.Name, p.log)
-	t.Cleanup(func() {
-		p.Stop()
-		if t.Failed() {
-			t.Logf("last lines of %s log %s:\n%s", name, p.log, tail(p.Log(), 80))
-		}
-	})
+	t.Logf("%s pid %d started in %s, log %s", name, p.PID(), h.Name, p.log)
 	return p
-}
-
-// Done is closed when the process has exited.
-func (p *Process) Done() <-chan struct{} { return p.done }
-
-// Stop sends SIGTERM and waits up to 10 s, then kills the process. It returns how
-// the process exited.
-func (p *Process) Stop() error {
-	select {
-	case <-p.done:
-		return p.err
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	return p.err
-}
-
-// Log returns the process's output so far.
-func (p *Process) Log() string {
-	data, err := os.ReadFile(p.log)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", p.log, err)
-	}
-	return string(data)
 }

@@ -8,10 +8,6 @@ import (
 	"time"
 )
 
-// PID is the process ID of the CCM (the CCM's own, also when started through a
-// wrapper such as ip netns exec, which execs it).
-func (c *CCM) PID() int { return c.cmd.Process.Pid }
-
 // RSS returns the CCM's resident set size in bytes (VmRSS of /proc/<pid>/status;
 // Linux only).
 func (c *CCM) RSS() (int64, error) {
