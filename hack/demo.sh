@@ -115,7 +115,8 @@ apiVersion: baremetal-ccm.io/v1alpha1
 kind: CloudConfig
 inventory:
   file: {path: $W/inventory.yaml, pollInterval: 1s}
-  deletionGuard: {maxRemovedHosts: 1, maxRemovedPercent: 50, acknowledgeFile: $W/inventory-ack}
+  credentialsDir: $W/bmc
+  deletionGuard: {maxRemovedHosts: 1, maxRemovedPercent: 50, settleTime: 2s, acknowledgeFile: $W/inventory-ack}
 bmc: {cacheTTL: 2s, notReadyInterval: 2s}
 loadBalancer:
   pools:

@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
+	"github.com/stmcginnis/gofish/common"
 
 	"github.com/baremetal-ccm/baremetal-ccm/internal/strictyaml"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
@@ -212,14 +215,30 @@ func classifyOrNil(err error) error {
 	return classify(err)
 }
 
-// classify wraps a bmclib error as ErrAuth when the BMC refused the credentials, and
-// as ErrUnreachable otherwise (no usable answer).
+// classify wraps a BMC error as ErrAuth when the BMC refused the credentials, and as
+// ErrUnreachable otherwise (no usable answer). Redfish errors are classified by the
+// HTTP status gofish reports (401 or 403: refused), never by matching the message, so a
+// port like 14010 or a host named bmc-r401 is not mistaken for a refusal. The
+// ipmitool driver reports only text: its RAKP and authentication failures (the words
+// ipmitool prints for a refused user or password) are refusals.
 func classify(err error) error {
-	msg := strings.ToLower(err.Error())
-	for _, s := range []string{"401", "unauthorized", "authentication", "invalid user", "password", "rakp"} {
-		if strings.Contains(msg, s) {
+	var rf *common.Error
+	if errors.As(err, &rf) && rf.HTTPReturnedStatusCode != 0 {
+		switch rf.HTTPReturnedStatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
 			return fmt.Errorf("%w: %w", ErrAuth, err)
 		}
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	if errors.As(err, &rf) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// gofish without a status: the request itself failed (connection, TLS, timeout).
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	if ipmiAuthRE.MatchString(err.Error()) {
+		return fmt.Errorf("%w: %w", ErrAuth, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnreachable, err)
 }
+
+// ipmiAuthRE matches what ipmitool prints when the BMC refuses the user or password.
+var ipmiAuthRE = regexp.MustCompile(`(?i)\b(rakp \d|unauthorized name|invalid user name|incorrect password|invalid password|authentication type|insufficient privilege)`)

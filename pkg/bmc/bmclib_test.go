@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stmcginnis/gofish/common"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/redfish"
@@ -168,5 +169,32 @@ func TestRedfishEndpoint(t *testing.T) {
 		if err != nil || h != tc.host || p != tc.want {
 			t.Errorf("redfishEndpoint(%q, %d) = %q, %q, %v; want %q, %q", tc.addr, tc.port, h, p, err, tc.host, tc.want)
 		}
+	}
+}
+
+// TestClassify: refusals are told from the HTTP status gofish reports (or ipmitool's
+// RAKP wording), never from digits that happen to be in an address.
+func TestClassify(t *testing.T) {
+	deadline := common.ConstructError(0, []byte(`Get "https://127.0.0.1:40127/redfish/v1/": context deadline exceeded`))
+	for _, c := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"timeout on a port containing 401", fmt.Errorf("2 errors occurred: %w", deadline), ErrUnreachable},
+		{"host named bmc-r401", errors.New(`dial tcp: lookup bmc-r401: no such host`), ErrUnreachable},
+		{"redfish 401", fmt.Errorf("provider: gofish: %w", common.ConstructError(401, []byte(`{"error":{"code":"Base.1.0.NoValidSession"}}`))), ErrAuth},
+		{"redfish 403", common.ConstructError(403, nil), ErrAuth},
+		{"redfish 500", common.ConstructError(500, []byte("oops 401")), ErrUnreachable},
+		{"context deadline", context.DeadlineExceeded, ErrUnreachable},
+		{"ipmitool wrong password", errors.New("Error: Unable to establish IPMI v2 / RMCP+ session\nRAKP 2 HMAC is invalid"), ErrAuth},
+		{"ipmitool wrong user", errors.New("RAKP 2 message indicates an error : unauthorized name"), ErrAuth},
+		{"ipmitool unreachable", errors.New("Error: Unable to establish IPMI v2 / RMCP+ session"), ErrUnreachable},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := classify(c.err); !errors.Is(got, c.want) {
+				t.Errorf("classify(%q) = %v, want %v", c.err, got, c.want)
+			}
+		})
 	}
 }

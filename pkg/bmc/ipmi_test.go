@@ -65,3 +65,60 @@ func TestBMCLibIPMI(t *testing.T) {
 		t.Fatalf("dead BMC: %v", err)
 	}
 }
+
+// TestReadPowerIdentityIPMI: an "off" answer from a real ipmi_sim BMC carries the
+// system GUID it reports (Get System GUID through the real ipmitool, password in the
+// environment); an "on" answer reads none.
+func TestReadPowerIdentityIPMI(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	lab, err := ipmi.Start(ctx, t.TempDir(), 1, ipmi.Options{Username: "admin", Password: "ipmi-pw-42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lab.Stop)
+	b := lab.BMCs()[0]
+	creds := filepath.Join(t.TempDir(), "creds")
+	if err := os.WriteFile(creds, []byte("username: admin\npassword: ipmi-pw-42\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tgt := Target{Host: "ipmi-0", Protocol: "ipmi", Address: b.Host(), Port: int32(b.Port()), CredentialsFile: creds}
+	s := NewSessions(nil, time.Minute)
+	defer s.Close(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	raw, uuid, err := s.ReadPower(cctx, tgt)
+	if err != nil || Normalize(raw) != PowerOn || uuid != "" {
+		t.Fatalf("on: %q, %q, %v", raw, uuid, err)
+	}
+	if err := b.SetPower(false); err != nil {
+		t.Fatal(err)
+	}
+	raw, uuid, err = s.ReadPower(cctx, tgt)
+	if err != nil || Normalize(raw) != PowerOff || uuid != b.SystemGUID() {
+		t.Fatalf("off: %q, %q, %v; want off from %s", raw, uuid, err, b.SystemGUID())
+	}
+
+	// A wrong password cannot read the GUID: an error, never a GUID.
+	bad := filepath.Join(t.TempDir(), "bad")
+	_ = os.WriteFile(bad, []byte("username: admin\npassword: wrong-pw\n"), 0o600)
+	wrong := tgt
+	wrong.CredentialsFile = bad
+	if g, err := ipmiSystemGUID(cctx, wrong, Credentials{Username: "admin", Password: "wrong-pw"}); err == nil || g != "" {
+		t.Fatalf("wrong password: %q, %v", g, err)
+	}
+}
+
+func TestParseRawGUID(t *testing.T) {
+	for in, want := range map[string]string{
+		" 2c c4 db 75 0f af 48 c2 f0 e6 d3 72 c7 fd a0 d5\n": "2cc4db75-0faf-48c2-f0e6-d372c7fda0d5",
+		" 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00\n": "",
+		" ff ff ff ff ff ff ff ff ff ff ff ff ff ff ff ff\n": "",
+	} {
+		if got, err := parseRawGUID(in); err != nil || got != want {
+			t.Errorf("parseRawGUID(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := parseRawGUID(" 2c c4\n"); !errors.Is(err, ErrUnknownState) {
+		t.Errorf("short answer: %v", err)
+	}
+}

@@ -66,6 +66,9 @@ type Reading struct {
 	At time.Time
 	// Cached is true when no BMC call was made for this Reading.
 	Cached bool
+	// SystemUUID is the UUID the BMC reports for the system it read (lower case), ""
+	// when it reports none or the Driver cannot read it (see IdentityReader).
+	SystemUUID string
 }
 
 // Service answers power-state questions through a Driver. It is safe for concurrent
@@ -96,6 +99,7 @@ type bmcState struct {
 type call struct {
 	done  chan struct{}
 	state PowerState
+	uuid  string
 	at    time.Time
 	err   error
 }
@@ -174,7 +178,7 @@ func (s *Service) powerState(ctx context.Context, t Target, maxAge time.Duration
 		if c.err != nil {
 			return Reading{}, c.err
 		}
-		return Reading{State: c.state, At: c.at}, nil
+		return Reading{State: c.state, At: c.at, SystemUUID: c.uuid}, nil
 	case <-ctx.Done():
 		return Reading{}, fmt.Errorf("waiting for BMC of %s: %w", t.Host, ctx.Err())
 	}
@@ -190,7 +194,7 @@ const slotWaitFactor = 6
 func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
 	logger := klog.FromContext(ctx).WithValues("host", t.Host, "protocol", t.Protocol)
 
-	state, err := PowerUnknown, error(nil)
+	state, uuid, err := PowerUnknown, "", error(nil)
 	slotCtx, cancelSlot := context.WithTimeout(ctx, slotWaitFactor*s.cfg.CallTimeout)
 	select {
 	case s.sem <- struct{}{}:
@@ -198,7 +202,11 @@ func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
 		callCtx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 		start := s.clock.Now()
 		var raw string
-		raw, err = s.drv.PowerState(callCtx, t)
+		if ir, ok := s.drv.(IdentityReader); ok {
+			raw, uuid, err = ir.ReadPower(callCtx, t)
+		} else {
+			raw, err = s.drv.PowerState(callCtx, t)
+		}
 		<-s.sem
 		duration.WithLabelValues(t.Protocol, "power_state").Observe(s.clock.Since(start).Seconds())
 		if err == nil {
@@ -222,7 +230,7 @@ func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
 	st.inflight = nil
 	switch {
 	case err == nil:
-		st.last, st.lastErr, st.failures, st.until = Reading{State: state, At: now}, nil, 0, time.Time{}
+		st.last, st.lastErr, st.failures, st.until = Reading{State: state, At: now, SystemUUID: uuid}, nil, 0, time.Time{}
 		requests.WithLabelValues(t.Protocol, "power_state", "success").Inc()
 	case errors.Is(err, ErrUnknownState):
 		// The BMC answered: not a reachability failure, but nothing to cache either.
@@ -245,7 +253,7 @@ func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
 		requests.WithLabelValues(t.Protocol, "power_state", "error").Inc()
 	}
 	unreachable.Set(float64(s.countFailingLocked()))
-	c.state, c.at, c.err = state, now, err
+	c.state, c.uuid, c.at, c.err = state, uuid, now, err
 	s.mu.Unlock()
 	close(c.done)
 }

@@ -36,6 +36,7 @@ import (
 type Sessions struct {
 	creds CredentialSource
 	idle  time.Duration
+	ids   identities
 
 	mu        sync.Mutex
 	conns     map[string]*conn // by Target.Host

@@ -35,6 +35,23 @@ const (
 	DefaultBMCNotReady       = 10 * time.Second
 )
 
+// Defaults and bounds of the deletion guard, the inventory rules and the power-off
+// policies.
+const (
+	DefaultGuardWindow      = time.Hour
+	DefaultSettleTime       = 30 * time.Second
+	MaxSettleTime           = time.Hour
+	DefaultCredentialsDir   = "/etc/baremetal-ccm/bmc"
+	DefaultPowerOffMaxHosts = 5
+	DefaultPowerOffWindow   = time.Hour
+	// MinWindow bounds deletionGuard.window and powerOffBudget.window from below.
+	MinWindow = time.Minute
+	// MinDeleteAfter and MinOutOfServiceAfter: a reboot or a BMC firmware update keeps
+	// a host off for minutes, which must not fence or delete it.
+	MinDeleteAfter       = 5 * time.Minute
+	MinOutOfServiceAfter = time.Minute
+)
+
 // ErrInvalid is wrapped by every error Parse returns for a document that decodes but
 // does not validate.
 var ErrInvalid = errors.New("invalid CloudConfig")
@@ -117,6 +134,23 @@ func SetDefaults(c *CloudConfig) {
 	if g.AcknowledgeFile == "" {
 		g.AcknowledgeFile = DefaultAcknowledgeFile
 	}
+	if g.Window == nil {
+		g.Window = &metav1.Duration{Duration: DefaultGuardWindow}
+	}
+	if g.SettleTime == nil {
+		g.SettleTime = &metav1.Duration{Duration: DefaultSettleTime}
+	}
+	if c.Inventory.CredentialsDir == "" {
+		c.Inventory.CredentialsDir = DefaultCredentialsDir
+	}
+	pb := &c.Instances.PowerOffBudget
+	if pb.MaxHosts == nil {
+		v := int32(DefaultPowerOffMaxHosts)
+		pb.MaxHosts = &v
+	}
+	if pb.Window == nil {
+		pb.Window = &metav1.Duration{Duration: DefaultPowerOffWindow}
+	}
 }
 
 // Validate returns every problem of a defaulted CloudConfig.
@@ -133,8 +167,7 @@ func Validate(c *CloudConfig) field.ErrorList {
 	}
 	errs = append(errs, validateInventory(&c.Inventory, field.NewPath("inventory"))...)
 	errs = append(errs, validateBMC(&c.BMC, field.NewPath("bmc"))...)
-	errs = append(errs, validatePositive(c.Instances.OutOfServiceAfter, field.NewPath("instances", "outOfServiceAfter"))...)
-	errs = append(errs, validatePositive(c.Instances.DeleteAfter, field.NewPath("instances", "deleteAfter"))...)
+	errs = append(errs, validateInstances(&c.Instances, field.NewPath("instances"))...)
 	errs = append(errs, validateLoadBalancer(c.LoadBalancer, field.NewPath("loadBalancer"))...)
 	errs = append(errs, validateBGP(c.BGP, field.NewPath("bgp"))...)
 	errs = append(errs, validateRoutes(c.Routes, field.NewPath("routes"))...)
@@ -203,7 +236,40 @@ func validateInventory(inv *InventoryConfig, p *field.Path) field.ErrorList {
 	if !filepath.IsAbs(g.AcknowledgeFile) {
 		errs = append(errs, field.Invalid(gp.Child("acknowledgeFile"), g.AcknowledgeFile, "must be an absolute path"))
 	}
+	errs = append(errs, validateAtLeast(g.Window, MinWindow, gp.Child("window"),
+		"over a shorter window hosts vanishing a few at a time are never counted together; use 1h (the default) or more")...)
+	if d := g.SettleTime.Duration; d < 0 || d > MaxSettleTime {
+		errs = append(errs, field.Invalid(gp.Child("settleTime"), d.String(),
+			fmt.Sprintf("must be between 0s (act on the second poll that sees the same document) and %s; default %s", MaxSettleTime, DefaultSettleTime)))
+	}
+	if !filepath.IsAbs(inv.CredentialsDir) || filepath.Clean(inv.CredentialsDir) == "/" {
+		errs = append(errs, field.Invalid(p.Child("credentialsDir"), inv.CredentialsDir,
+			"must be the absolute path of a directory other than / that holds only BMC credentials and BGP password files (default "+DefaultCredentialsDir+")"))
+	}
 	return errs
+}
+
+func validateInstances(in *InstancesConfig, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, validateAtLeast(in.OutOfServiceAfter, MinOutOfServiceAfter, p.Child("outOfServiceAfter"),
+		"a reboot or a BMC firmware update keeps a host off for minutes, and its volumes must not be force-detached for that; leave it unset to never taint")...)
+	errs = append(errs, validateAtLeast(in.DeleteAfter, MinDeleteAfter, p.Child("deleteAfter"),
+		"a reboot or a BMC firmware update keeps a host off for minutes, and its Node must not be deleted for that; leave it unset to never delete")...)
+	pb, pp := in.PowerOffBudget, p.Child("powerOffBudget")
+	if *pb.MaxHosts < 0 {
+		errs = append(errs, field.Invalid(pp.Child("maxHosts"), *pb.MaxHosts, "must be 0 (every power-based action needs an acknowledgement) or more"))
+	}
+	errs = append(errs, validateAtLeast(pb.Window, MinWindow, pp.Child("window"),
+		"over a shorter window a power event that takes hosts down a few at a time is never counted together; use 1h (the default) or more")...)
+	return errs
+}
+
+// validateAtLeast reports d (when set) if it is shorter than minimum, saying why.
+func validateAtLeast(d *metav1.Duration, minimum time.Duration, p *field.Path, why string) field.ErrorList {
+	if d != nil && d.Duration < minimum {
+		return field.ErrorList{field.Invalid(p, d.Duration.String(), fmt.Sprintf("must be at least %s: %s", minimum, why))}
+	}
+	return nil
 }
 
 func validateBMC(b *BMCConfig, p *field.Path) field.ErrorList {

@@ -73,8 +73,17 @@ type InventoryConfig struct {
 	File *FileSource `json:"file,omitempty"`
 	// HTTP polls an Inventory document from an HTTP(S) API.
 	HTTP *HTTPSource `json:"http,omitempty"`
-	// DeletionGuard limits how many hosts one inventory change may report gone.
+	// DeletionGuard limits how many hosts may be reported gone over a window.
 	DeletionGuard DeletionGuard `json:"deletionGuard"`
+	// CredentialsDir: every inventory host's bmc.credentialsFile and every rack's
+	// bgpPeers[].passwordFile must lie under it (compared after cleaning the path, so
+	// ".." cannot escape), so whoever writes the inventory cannot make the CCM read any
+	// other file and send it to an address of their choice. An absolute path other
+	// than /. Default: /etc/baremetal-ccm/bmc.
+	CredentialsDir string `json:"credentialsDir,omitempty"`
+	// AllowInsecureSkipVerify lets inventory hosts set bmc.insecureSkipVerify; without
+	// it such a host is refused. Default: false.
+	AllowInsecureSkipVerify bool `json:"allowInsecureSkipVerify,omitempty"`
 }
 
 // FileSource reads the inventory from a YAML or JSON file.
@@ -110,20 +119,28 @@ type HTTPSource struct {
 	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
 }
 
-// DeletionGuard refuses to report hosts gone when one inventory change would make too
-// many of them vanish (absent or decommissioned) at once. A change trips the guard when
-// it exceeds either limit; it is then held until acknowledged (see AcknowledgeFile) or
-// replaced by an inventory within the limits.
+// DeletionGuard refuses to report hosts gone when too many of them vanish (absent or
+// decommissioned) within a sliding window. A change beyond either limit is held until
+// acknowledged or until its hosts are back; a document that would report hosts gone is
+// used only once it has settled.
 type DeletionGuard struct {
-	// MaxRemovedHosts is the largest number of hosts one change may report gone.
-	// Default: 10. Zero means any removal trips the guard.
+	// MaxRemovedHosts is the largest number of hosts that may be reported gone within
+	// Window. Default: 10. Zero means any removal trips the guard.
 	MaxRemovedHosts *int32 `json:"maxRemovedHosts,omitempty"`
-	// MaxRemovedPercent is the largest share (0-100) of known hosts one change may
-	// report gone. Default: 25. 100 disables the share limit.
+	// MaxRemovedPercent is the largest share (0-100) of the hosts known at the start
+	// of Window that may be reported gone within Window. Default: 25. 100 disables the
+	// share limit.
 	MaxRemovedPercent *int32 `json:"maxRemovedPercent,omitempty"`
-	// AcknowledgeFile is where an operator writes the digest of a held inventory
-	// (given in the DeletionGuardTripped event, log and metric) to accept it.
-	// Default: /etc/baremetal-ccm/inventory-ack.
+	// Window is the sliding window both limits count over, so hosts vanishing a few
+	// at a time across reloads add up. Default: 1h; at least 1m.
+	Window *metav1.Duration `json:"window,omitempty"`
+	// SettleTime: a document that would report hosts gone must be seen unchanged this
+	// long, and by at least two polls, before any of them is reported gone (a file
+	// read mid-write is never acted on). Default: 30s; 0 to 1h.
+	SettleTime *metav1.Duration `json:"settleTime,omitempty"`
+	// AcknowledgeFile is a file the leader reads for acknowledgements: the IDs of held
+	// changes (given in the DeletionGuardTripped and PowerOffBudgetExceeded events, logs
+	// and errors). Default: /etc/baremetal-ccm/inventory-ack.
 	AcknowledgeFile string `json:"acknowledgeFile,omitempty"`
 }
 
@@ -134,10 +151,24 @@ type InstancesConfig struct {
 	// OutOfServiceAfter: a NotReady Node whose host has been off this long gets the
 	// node.kubernetes.io/out-of-service taint (non-graceful node shutdown: volumes
 	// detach, pods are deleted); it is removed when the host is on and the Node Ready.
-	// Unset: never.
+	// Unset: never. At least 1m.
 	OutOfServiceAfter *metav1.Duration `json:"outOfServiceAfter,omitempty"`
 	// DeleteAfter: a NotReady Node whose host has been off this long, and is off now,
-	// is reported gone, so the node-lifecycle controller deletes it (the deletion guard
-	// still applies). Unset: never.
+	// is reported gone, so the node-lifecycle controller deletes it. Unset: never. At
+	// least 5m.
 	DeleteAfter *metav1.Duration `json:"deleteAfter,omitempty"`
+	// PowerOffBudget limits the power-based actions (DeleteAfter, OutOfServiceAfter)
+	// over a window; beyond it they wait for an acknowledgement.
+	PowerOffBudget PowerOffBudget `json:"powerOffBudget"`
+}
+
+// PowerOffBudget limits how many hosts the power-off policies may act on within a
+// sliding window (a PDU or rack power event must not fence or delete a whole rack).
+// Hosts in maintenance are exempt from both policies and never count.
+type PowerOffBudget struct {
+	// MaxHosts is the largest number of hosts granted a power-based action within
+	// Window. Default: 5. Zero: every such action needs an acknowledgement.
+	MaxHosts *int32 `json:"maxHosts,omitempty"`
+	// Window is the sliding window of MaxHosts. Default: 1h; at least 1m.
+	Window *metav1.Duration `json:"window,omitempty"`
 }

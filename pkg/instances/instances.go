@@ -20,10 +20,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	cloudprovider "k8s.io/cloud-provider"
+	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/identity"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 )
@@ -36,15 +38,27 @@ const (
 	ReasonHostGone             = "HostGone"
 	ReasonNodeIPNotInInventory = "NodeIPNotInInventory"
 	ReasonInventoryNotLoaded   = "InventoryNotLoaded"
+	ReasonHostRenamed          = "HostRenamed"
 )
 
-// ErrDecommissioned: the Node's host is decommissioned, so it is not initialized.
-var ErrDecommissioned = errors.New("host is decommissioned")
+// Errors wrapped by what Instances returns.
+var (
+	// ErrDecommissioned: the Node's host is decommissioned, so it is not initialized.
+	ErrDecommissioned = errors.New("host is decommissioned")
+	// ErrHostRenamed: the host the Node's providerID names is gone, but another host
+	// matches the Node: a rename, never a removal.
+	ErrHostRenamed = errors.New("host renamed in the inventory")
+	// ErrUninitialized: the Node was never initialized, so it is never reported gone.
+	ErrUninitialized = errors.New("node not initialized")
+)
 
 // Inventory is what Instances needs of the inventory store.
 type Inventory interface {
 	View() (*inventory.View, error)
-	DeletionAllowed(ctx context.Context) error
+	// GoneAllowed returns nil when the deletion guard accepted host's removal.
+	GoneAllowed(host string) error
+	// TakePowerBudget grants host a power-based action within the power-off budget.
+	TakePowerBudget(ctx context.Context, host, kind string) error
 }
 
 // EventRecorder records events on Nodes (a subset of record.EventRecorder).
@@ -111,13 +125,21 @@ func New(inv Inventory, power Power, events EventRecorder, policy Policy) *Insta
 }
 
 // InstanceExists returns true when the Node's host is in the inventory and not
-// decommissioned. It returns (false, nil) only when the Node's host is positively gone
-// (its baremetal:// providerID names a host the inventory lacks, or the matched host is
-// decommissioned) and the inventory loaded without error with the deletion guard not
-// tripped; or, with the deleteAfter policy, when its host has been continuously off
-// for that long and its BMC confirms it is off now (the guard still applies). A Node
-// that matches no host and has no providerID is an error, not "gone":
-// it was never known, so nothing proves it is gone.
+// decommissioned. It returns (false, nil) only on positive evidence that the Node's
+// host is gone, and only when:
+//   - the Node is initialized (a Node still carrying the uninitialized taint was never
+//     matched to a host, so nothing proves its host is gone);
+//   - its baremetal:// providerID names a host the inventory lacks, or its host is
+//     decommissioned, and the deletion guard accepted that removal
+//     (inventory.Store.GoneAllowed); a host that another inventory host now matches by
+//     systemUUID or InternalIP is a rename, not a removal (an error and a HostRenamed
+//     event);
+//   - or, with the deleteAfter policy, its host (not in maintenance) has been off
+//     continuously for that long, a recent BMC reading confirms it off and names the
+//     same machine as the Node and the inventory, and the power-off budget grants it.
+//
+// Everything else that is not a clear "exists" is an error, so the node-lifecycle
+// controller never deletes a Node on a guess.
 func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, error) {
 	logger := klog.FromContext(ctx).WithValues("node", node.Name)
 	view, err := i.inv.View()
@@ -125,22 +147,41 @@ func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, er
 		return false, err
 	}
 	host, _, err := view.Match(node)
-	var why string
+	var why, hostID string
 	switch {
 	case err == nil && !host.Gone():
-		off, offWhy := i.offTooLong(ctx, node, host)
+		off, offWhy, err := i.offTooLong(ctx, node, host)
+		if err != nil {
+			return false, fmt.Errorf("node %s: %w", node.Name, err)
+		}
 		if !off {
 			return true, nil
 		}
-		why = offWhy
+		logger.Info("Reporting instance gone", "event", "instanceGone", "reason", offWhy, "inventory", view.Digest())
+		i.eventf(node, v1.EventTypeNormal, ReasonHostGone, "Instance reported gone: %s. The node-lifecycle controller deletes NotReady Nodes whose instance is gone.", offWhy)
+		return false, nil
 	case err == nil:
 		why = fmt.Sprintf("host %q is decommissioned in inventory %s", host.Name, view.Digest())
+		hostID = host.Name
 	case errors.Is(err, inventory.ErrHostGone):
+		hostID, _ = inventory.HostIDFromProviderID(node.Spec.ProviderID)
 		why = fmt.Sprintf("its host is not in inventory %s (%v)", view.Digest(), err)
+		if other, by, ok := renamed(view, node); ok {
+			i.eventf(node, v1.EventTypeWarning, ReasonHostRenamed, "Host %q is not in inventory %s, but host %q matches this Node by %s: a rename is not a removal, so the Node is not reported gone. A Node's providerID cannot change: rename the host back, or delete the Node so it registers again as %q.",
+				hostID, view.Digest(), other.Name, by, other.Name)
+			return false, fmt.Errorf("node %s: %w: host %q is not in inventory %s but host %q matches the Node by %s", node.Name, ErrHostRenamed, hostID, view.Digest(), other.Name, by)
+		}
+	case errors.Is(err, inventory.ErrUUIDMismatch):
+		i.eventf(node, v1.EventTypeWarning, identity.ReasonMismatch, "Not reporting the instance's existence or power: %v", err)
+		return false, fmt.Errorf("node %s: %w", node.Name, err)
 	default:
 		return false, fmt.Errorf("node %s: %w", node.Name, err)
 	}
-	if err := i.inv.DeletionAllowed(ctx); err != nil {
+	if uninitialized(node) {
+		return false, fmt.Errorf("node %s: %s, but the Node still carries %s (it was never initialized from the inventory), so it is never reported gone: %w",
+			node.Name, why, cloudproviderapi.TaintExternalCloudProvider, ErrUninitialized)
+	}
+	if err := i.inv.GoneAllowed(hostID); err != nil {
 		return false, fmt.Errorf("node %s: %s, but not reporting it gone: %w", node.Name, why, err)
 	}
 	logger.Info("Reporting instance gone", "event", "instanceGone", "reason", why, "inventory", view.Digest())
@@ -148,26 +189,80 @@ func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, er
 	return false, nil
 }
 
-// offTooLong applies the deleteAfter policy: the host has been seen off continuously
-// for DeleteAfter (the Node's powered-off-since annotation) and its BMC confirms it is
-// off now. Any doubt (no annotation, BMC error, not off) answers false.
-func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *inventory.Host) (bool, string) {
-	if i.policy.DeleteAfter <= 0 || i.power == nil {
-		return false, ""
+// renamed returns the host that matches node by systemUUID, name or InternalIP when
+// its providerID names a host the inventory lacks.
+func renamed(view *inventory.View, node *v1.Node) (*inventory.Host, string, bool) {
+	n := node.DeepCopy()
+	n.Spec.ProviderID = ""
+	h, by, err := view.Match(n)
+	if err != nil || h.Gone() {
+		return nil, "", false
+	}
+	return h, by, true
+}
+
+func uninitialized(node *v1.Node) bool {
+	for _, t := range node.Spec.Taints {
+		if t.Key == cloudproviderapi.TaintExternalCloudProvider {
+			return true
+		}
+	}
+	return false
+}
+
+// offTooLong applies the deleteAfter policy: the host is not in maintenance, the Node
+// is initialized, has been seen off continuously for DeleteAfter (the Node's
+// powered-off-since annotation), a reading of at most ShutdownMaxAge (or one it waits
+// ShutdownWait for) says off and names the same machine, and the power-off budget
+// grants the action. A host that does not qualify answers false, nil; a contradiction
+// of identities or a budget used up answers an error (with an event).
+func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *inventory.Host) (bool, string, error) {
+	if i.policy.DeleteAfter <= 0 || i.power == nil || host.State == inventory.StateMaintenance || uninitialized(node) {
+		return false, "", nil
 	}
 	since, ok := powermon.OffSince(node)
 	if !ok || i.policy.Clock.Since(since) < i.policy.DeleteAfter {
-		return false, ""
+		return false, "", nil
 	}
 	target, ok := bmc.TargetFor(host, i.policy.DefaultCA)
 	if !ok {
-		return false, ""
+		return false, "", nil
 	}
-	r, err := i.power.PowerState(ctx, target)
+	r, err := i.recent(ctx, node, target)
 	if err != nil || r.State != bmc.PowerOff {
-		return false, ""
+		return false, "", nil
 	}
-	return true, fmt.Sprintf("host %q has been powered off since %s, longer than instances.deleteAfter (%s)", host.Name, since.Format(time.RFC3339), i.policy.DeleteAfter)
+	if err := identity.Check(node, host, r.SystemUUID); err != nil {
+		i.eventf(node, v1.EventTypeWarning, identity.ReasonMismatch, "Not applying instances.deleteAfter: %v", err)
+		return false, "", err
+	}
+	if err := i.inv.TakePowerBudget(ctx, host.Name, "deleteAfter"); err != nil {
+		if errors.Is(err, inventory.ErrNowWaiting) {
+			i.eventf(node, v1.EventTypeWarning, inventory.ReasonPowerBudget, "Host %q has been off since %s, longer than instances.deleteAfter (%s), but the Node is not reported gone: %v",
+				host.Name, since.Format(time.RFC3339), i.policy.DeleteAfter, err)
+		}
+		return false, "", err
+	}
+	return true, fmt.Sprintf("host %q has been powered off since %s, longer than instances.deleteAfter (%s)", host.Name, since.Format(time.RFC3339), i.policy.DeleteAfter), nil
+}
+
+// recent returns a reading taken after the Node's readiness last changed and at most
+// ShutdownMaxAge old, joining a read under way, or waits at most ShutdownWait for the
+// BMC, so a slow or hung BMC never holds a node-lifecycle worker.
+func (i *Instances) recent(ctx context.Context, node *v1.Node, target bmc.Target) (bmc.Reading, error) {
+	maxAge := i.policy.ShutdownMaxAge
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady && !c.LastTransitionTime.IsZero() {
+			maxAge = min(maxAge, i.policy.Clock.Since(c.LastTransitionTime.Time))
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, i.policy.ShutdownWait)
+	defer cancel()
+	r, err := i.power.Recent(wctx, target, maxAge)
+	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("no reading yet after %s, the read goes on for the next pass: %w", i.policy.ShutdownWait, err)
+	}
+	return r, err
 }
 
 // InstanceShutdown reports whether the Node's host is powered off, as its BMC says.
@@ -187,29 +282,22 @@ func (i *Instances) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, 
 	}
 	host, _, err := view.Match(node)
 	if err != nil {
+		if errors.Is(err, inventory.ErrUUIDMismatch) {
+			i.eventf(node, v1.EventTypeWarning, identity.ReasonMismatch, "Not reporting the host's power state: %v", err)
+		}
 		return false, fmt.Errorf("node %s: %w", node.Name, err)
 	}
 	target, ok := bmc.TargetFor(host, i.policy.DefaultCA)
 	if !ok || i.power == nil {
 		return false, nil
 	}
-	// A reading from before the Node's readiness last changed may predate the power
-	// loss: it must be younger than that change, too.
-	maxAge := i.policy.ShutdownMaxAge
-	for _, c := range node.Status.Conditions {
-		if c.Type == v1.NodeReady && !c.LastTransitionTime.IsZero() {
-			maxAge = min(maxAge, i.policy.Clock.Since(c.LastTransitionTime.Time))
-		}
-	}
-	wctx, cancel := context.WithTimeout(ctx, i.policy.ShutdownWait)
-	r, err := i.power.Recent(wctx, target, maxAge)
-	waited := ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded)
-	cancel()
+	r, err := i.recent(ctx, node, target)
 	if err != nil {
-		if waited {
-			err = fmt.Errorf("no reading yet after %s, the read goes on for the next pass: %w", i.policy.ShutdownWait, err)
-		}
 		return false, fmt.Errorf("node %s: power state of host %q: %w", node.Name, host.Name, err)
+	}
+	if err := identity.Check(node, host, r.SystemUUID); err != nil {
+		i.eventf(node, v1.EventTypeWarning, identity.ReasonMismatch, "Not reporting the host's power state: %v", err)
+		return false, fmt.Errorf("node %s: %w", node.Name, err)
 	}
 	klog.FromContext(ctx).V(4).Info("Power state", "node", node.Name, "host", host.Name, "state", r.State, "cached", r.Cached)
 	return r.State == bmc.PowerOff, nil

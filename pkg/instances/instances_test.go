@@ -12,10 +12,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/identity"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 )
@@ -40,18 +42,32 @@ hosts:
 - name: node-c
   state: decommissioned
 - name: power-1
+  systemUUID: 6e1f0a52-3c1d-4e57-9a3e-0d0c7b5e2a11
   bmc: {protocol: redfish, address: "https://10.1.0.1", credentialsFile: /etc/baremetal-ccm/bmc/power-1}
+- name: power-m
+  state: maintenance
+  bmc: {protocol: redfish, address: "https://10.1.0.2", credentialsFile: /etc/baremetal-ccm/bmc/power-m}
 `
 
-// fakeInventory is a test double for the Store.
+// fakeInventory is a test double for the Store: every removal is accepted unless
+// allowErr is set; the power budget answers budgetErr.
 type fakeInventory struct {
-	view     *inventory.View
-	viewErr  error
-	allowErr error
+	view      *inventory.View
+	viewErr   error
+	allowErr  error
+	budgetErr error
+	budget    []string // hosts TakePowerBudget was asked for
 }
 
-func (f *fakeInventory) View() (*inventory.View, error)        { return f.view, f.viewErr }
-func (f *fakeInventory) DeletionAllowed(context.Context) error { return f.allowErr }
+func (f *fakeInventory) View() (*inventory.View, error) { return f.view, f.viewErr }
+func (f *fakeInventory) GoneAllowed(string) error       { return f.allowErr }
+func (f *fakeInventory) TakePowerBudget(_ context.Context, host, _ string) error {
+	f.budget = append(f.budget, host)
+	if f.allowErr != nil {
+		return f.allowErr
+	}
+	return f.budgetErr
+}
 
 type event struct{ node, typ, reason, msg string }
 
@@ -186,6 +202,16 @@ func TestInstanceExists(t *testing.T) {
 		{"reload failing: gone is held", mkNode("x", "baremetal://vanished"), nil, inventory.ErrReloadFailing, false, inventory.ErrReloadFailing},
 		{"guard tripped: gone is held", mkNode("x", "baremetal://node-c"), nil, inventory.ErrDeletionGuard, false, inventory.ErrDeletionGuard},
 		{"guard tripped: existing host still exists", mkNode("x", "baremetal://node-a"), nil, inventory.ErrDeletionGuard, true, nil},
+		{"removal not accepted by the guard", mkNode("x", "baremetal://vanished"), nil, inventory.ErrNotAccepted, false, inventory.ErrNotAccepted},
+		// Defect 6: a kubelet --provider-id typo registers a NotReady Node that was never
+		// initialized: never gone.
+		{"uninitialized node with an unknown providerID", uninitializedNode("typo", "baremetal://nod-a"), nil, nil, false, ErrUninitialized},
+		{"uninitialized node of a decommissioned host", uninitializedNode("node-c", ""), nil, nil, false, ErrUninitialized},
+		// Defect 6: the host renamed in the inventory (same systemUUID, same IP).
+		{"renamed host: same systemUUID", withUUID(mkNode("x", "baremetal://old-a"), "4c4c4544-0042-3510-8052-b4c04f4e4d32"), nil, nil, false, ErrHostRenamed},
+		{"renamed host: same InternalIP", withIP(mkNode("x", "baremetal://old-a"), "10.0.0.11"), nil, nil, false, ErrHostRenamed},
+		// Defect 5: a set providerID does not win over a contradicting systemUUID.
+		{"providerID but another machine's systemUUID", withUUID(mkNode("x", "baremetal://node-a"), "00000000-0000-4000-8000-000000000001"), nil, nil, false, inventory.ErrUUIDMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,15 +237,48 @@ func TestInstanceExists(t *testing.T) {
 	}
 }
 
+func uninitializedNode(name, providerID string) *v1.Node {
+	n := mkNode(name, providerID)
+	n.Spec.Taints = []v1.Taint{{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule}}
+	return n
+}
+
+func withUUID(n *v1.Node, uuid string) *v1.Node {
+	n.Status.NodeInfo.SystemUUID = uuid
+	return n
+}
+
+func withIP(n *v1.Node, ip string) *v1.Node {
+	n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip})
+	return n
+}
+
+// TestInstanceExistsEvents: a rename and an identity contradiction say so on the Node.
+func TestInstanceExistsEvents(t *testing.T) {
+	inst, _, rec, ctx := setup(t)
+	_, err := inst.InstanceExists(ctx, withIP(mkNode("x", "baremetal://old-a"), "10.0.0.11"))
+	if !errors.Is(err, ErrHostRenamed) || len(rec.events) != 1 || rec.events[0].reason != ReasonHostRenamed ||
+		!strings.Contains(rec.events[0].msg, `host "node-a" matches this Node by InternalIP 10.0.0.11`) {
+		t.Fatalf("rename: %v, events %v", err, rec.events)
+	}
+	rec.events = nil
+	_, err = inst.InstanceExists(ctx, withUUID(mkNode("x", "baremetal://node-a"), "00000000-0000-4000-8000-000000000001"))
+	if !errors.Is(err, inventory.ErrUUIDMismatch) || len(rec.events) != 1 || rec.events[0].reason != identity.ReasonMismatch ||
+		!strings.Contains(rec.events[0].msg, "00000000-0000-4000-8000-000000000001") || !strings.Contains(rec.events[0].msg, "4c4c4544-0042-3510-8052-b4c04f4e4d32") {
+		t.Fatalf("mismatch: %v, events %v", err, rec.events)
+	}
+}
+
 type fakePower struct {
 	state bmc.PowerState
+	uuid  string // the system UUID the BMC reports
 	err   error
 	asked []string
 }
 
 func (f *fakePower) PowerState(_ context.Context, t bmc.Target) (bmc.Reading, error) {
 	f.asked = append(f.asked, t.Host)
-	return bmc.Reading{State: f.state}, f.err
+	return bmc.Reading{State: f.state, SystemUUID: f.uuid}, f.err
 }
 
 func (f *fakePower) Recent(ctx context.Context, t bmc.Target, _ time.Duration) (bmc.Reading, error) {
@@ -357,11 +416,19 @@ func TestInstanceShutdown(t *testing.T) {
 		{"backed off is an error", mkNode("x", "baremetal://power-1"), "", fmt.Errorf("%w", bmc.ErrBackoff), false, bmc.ErrBackoff, true},
 		{"no BMC: not shut down", mkNode("node-a", "baremetal://node-a"), bmc.PowerOff, nil, false, nil, false},
 		{"no match is an error", mkNode("stranger", ""), bmc.PowerOff, nil, false, inventory.ErrNoMatch, false},
+		// Defect 5: the BMC answers for another machine (swapped BMC addresses).
+		{"BMC reports another system UUID", withUUID(mkNode("x", "baremetal://power-1"), "6e1f0a52-3c1d-4e57-9a3e-0d0c7b5e2a11"), bmc.PowerOff, nil, false, identity.ErrMismatch, true},
+		{"Node's systemUUID contradicts the host's", withUUID(mkNode("x", "baremetal://power-1"), "00000000-0000-4000-8000-000000000009"), bmc.PowerOff, nil, false, inventory.ErrUUIDMismatch, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, inv, rec, ctx := setup(t)
 			power := &fakePower{state: tt.state, err: tt.err}
+			if strings.HasPrefix(tt.name, "BMC reports") {
+				power.uuid = "7f000000-0000-4000-8000-0000000000aa"
+			} else {
+				power.uuid = "6E1F0A52-3C1D-4E57-9A3E-0D0C7B5E2A11" // the same machine
+			}
 			inst := New(inv, power, rec, Policy{})
 			off, err := inst.InstanceShutdown(ctx, tt.node)
 			if tt.wantErr != nil {
@@ -420,11 +487,16 @@ func TestDeleteAfterPolicy(t *testing.T) {
 		{"annotation old but BMC unreachable", node("2026-11-22T11:00:00Z"), "", bmc.ErrUnreachable, nil, true, nil},
 		{"no annotation", node(""), bmc.PowerOff, nil, nil, true, nil},
 		{"off long enough but guard tripped", node("2026-11-22T11:00:00Z"), bmc.PowerOff, nil, inventory.ErrDeletionGuard, false, inventory.ErrDeletionGuard},
+		// Defect 4: the power-off budget is used up: an error, not gone.
+		{"off long enough, budget used up", node("2026-11-22T11:00:00Z"), bmc.PowerOff, nil, nil, false, inventory.ErrPowerBudget},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, inv, rec, ctx := setup(t)
 			inv.allowErr = tt.allowErr
+			if strings.Contains(tt.name, "budget") {
+				inv.budgetErr = fmt.Errorf("%w: %w: 5 of 5", inventory.ErrNowWaiting, inventory.ErrPowerBudget)
+			}
 			inst := New(inv, &fakePower{state: tt.state, err: tt.powerErr}, rec, Policy{DeleteAfter: 30 * time.Minute, Clock: clk})
 			exists, err := inst.InstanceExists(ctx, tt.node)
 			if tt.wantErr != nil {
@@ -438,10 +510,61 @@ func TestDeleteAfterPolicy(t *testing.T) {
 			}
 		})
 	}
-	// Without the policy, an old annotation changes nothing.
+	// Defect 4: a host in maintenance, off for days by design, is never deleted for it.
 	_, inv, rec, ctx := setup(t)
-	inst := New(inv, &fakePower{state: bmc.PowerOff}, rec, Policy{Clock: clk})
+	maint := mkNode("m", "baremetal://power-m")
+	maint.Annotations = map[string]string{powermon.AnnotationOffSince: "2026-11-01T00:00:00Z"}
+	inst := New(inv, &fakePower{state: bmc.PowerOff}, rec, Policy{DeleteAfter: 30 * time.Minute, Clock: clk})
+	if exists, err := inst.InstanceExists(ctx, maint); !exists || err != nil || len(inv.budget) != 0 {
+		t.Fatalf("maintenance host: %v, %v (budget asked for %v)", exists, err, inv.budget)
+	}
+	// Defect 5: the BMC reports another machine: an error with an event, never gone.
+	wrong := &fakePower{state: bmc.PowerOff, uuid: "7f000000-0000-4000-8000-0000000000aa"}
+	inst = New(inv, wrong, rec, Policy{DeleteAfter: 30 * time.Minute, Clock: clk})
+	if exists, err := inst.InstanceExists(ctx, node("2026-11-22T11:00:00Z")); exists || !errors.Is(err, identity.ErrMismatch) {
+		t.Fatalf("BMC of another machine: %v, %v", exists, err)
+	}
+	if r := rec.reasons(); len(r) == 0 || r[len(r)-1] != identity.ReasonMismatch {
+		t.Fatalf("events %v, want IdentityMismatch", r)
+	}
+
+	// Without the policy, an old annotation changes nothing.
+	inst = New(inv, &fakePower{state: bmc.PowerOff}, rec, Policy{Clock: clk})
 	if exists, err := inst.InstanceExists(ctx, node("2020-01-01T00:00:00Z")); !exists || err != nil {
 		t.Fatalf("policy off: %v, %v", exists, err)
+	}
+}
+
+// TestDeleteAfterDoesNotWaitForTheBMC is defect 8: the deleteAfter check answers from a
+// recent reading or waits at most ShutdownWait, so a hung BMC never holds a
+// node-lifecycle worker (it used to wait for the whole BMC call, up to ~70 s).
+func TestDeleteAfterDoesNotWaitForTheBMC(t *testing.T) {
+	_, inv, rec, ctx := setup(t)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	drv := &scriptedDriver{state: "Off", hang: map[string]bool{"power-1": true}, release: make(chan struct{})}
+	defer close(drv.release)
+	svc := bmc.NewService(drv, bmc.Config{CallTimeout: time.Hour, CacheTTL: time.Second, MaxConcurrent: 4, FailureThreshold: 3, BackoffBase: time.Minute, BackoffMax: time.Minute}, clk)
+	inst := New(inv, svc, rec, Policy{DeleteAfter: 30 * time.Minute, Clock: clk, ShutdownWait: 50 * time.Millisecond})
+	node := mkNode("x", "baremetal://power-1")
+	node.Annotations = map[string]string{powermon.AnnotationOffSince: "2026-11-22T11:00:00Z"}
+	type result struct {
+		exists bool
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		exists, err := inst.InstanceExists(ctx, node)
+		done <- result{exists, err}
+	}()
+	select {
+	case r := <-done:
+		if !r.exists || r.err != nil {
+			t.Fatalf("InstanceExists with a hung BMC = %v, %v; want true (no evidence it is off)", r.exists, r.err)
+		}
+	case <-time.After(30 * time.Second): // a deadlock detector, not a speed assertion
+		t.Fatal("InstanceExists waited for a hung BMC")
+	}
+	if len(inv.budget) != 0 {
+		t.Fatalf("the power budget was asked for without an off reading: %v", inv.budget)
 	}
 }

@@ -46,11 +46,32 @@ var (
 		Help:           "Hosts the held inventory would report gone.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	settlingGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem: subsystem, Name: "settling",
+		Help:           "1 while a document that would report hosts gone waits to be seen unchanged for deletionGuard.settleTime.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	windowGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem: subsystem, Name: "removals_in_window",
+		Help:           "Host removals accepted within the limits during the deletion guard's window.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	powerUsedGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "baremetal_ccm", Subsystem: "power_budget", Name: "used_hosts",
+		Help:           "Hosts granted a power-based action (deleteAfter, out-of-service) within instances.powerOffBudget.window.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	powerWaitingGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "baremetal_ccm", Subsystem: "power_budget", Name: "waiting_hosts",
+		Help:           "Hosts whose power-based action waits for an acknowledgement because the power-off budget is used up.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(reloads, loadDuration, hostsGauge, lastSuccess, lastReloadFailed, guardTripped, guardHeld)
+		legacyregistry.MustRegister(reloads, loadDuration, hostsGauge, lastSuccess, lastReloadFailed, guardTripped, guardHeld,
+			settlingGauge, windowGauge, powerUsedGauge, powerWaitingGauge)
 	})
 }

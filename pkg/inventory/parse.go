@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/baremetal-ccm/baremetal-ccm/internal/strictyaml"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 )
 
 // LabelPrefix is the prefix given to unprefixed inventory label keys.
@@ -31,15 +33,42 @@ var (
 	reservedRE = regexp.MustCompile(`(^|\.)(kubernetes|k8s)\.io/`)
 )
 
-// Parse decodes and validates an Inventory document (YAML or JSON) and returns its
-// indexed View. The error wraps ErrInvalid and lists every problem with its field path.
+// ParseOptions are the CloudConfig's rules an inventory must follow beyond its own
+// validity: whoever writes the inventory must not be able to make the CCM read a file
+// outside CredentialsDir (and send its content to a BMC or router of their choice),
+// nor turn TLS verification off unless the CloudConfig allows it.
+type ParseOptions struct {
+	// CredentialsDir: every host's bmc.credentialsFile and every rack's
+	// bgpPeers[].passwordFile must lie under it once cleaned. "": no restriction.
+	CredentialsDir string
+	// AllowInsecureSkipVerify lets hosts set bmc.insecureSkipVerify.
+	AllowInsecureSkipVerify bool
+}
+
+// ParseOptionsFor returns the inventory rules of a defaulted, validated CloudConfig.
+func ParseOptionsFor(cfg *config.CloudConfig) ParseOptions {
+	return ParseOptions{
+		CredentialsDir:          cfg.Inventory.CredentialsDir,
+		AllowInsecureSkipVerify: cfg.Inventory.AllowInsecureSkipVerify,
+	}
+}
+
+// Parse decodes and validates an Inventory document (YAML or JSON) without the
+// CloudConfig's rules: ParseWith(data, ParseOptions{}).
 func Parse(data []byte) (*View, error) {
+	return ParseWith(data, ParseOptions{})
+}
+
+// ParseWith decodes and validates an Inventory document (YAML or JSON) under opts and
+// returns its indexed View, whose Digest is that of data. The error wraps ErrInvalid
+// and lists every problem, each with its field path.
+func ParseWith(data []byte, opts ParseOptions) (*View, error) {
 	doc := &Document{}
 	fieldErrs, err := strictyaml.Unmarshal(data, doc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if errs := Validate(doc); len(errs) > 0 || len(fieldErrs) > 0 {
+	if errs := validate(doc, opts); len(errs) > 0 || len(fieldErrs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(append(fieldErrs, errs.ToAggregate())...))
 	}
 	return newView(doc, Digest(data)), nil
@@ -52,9 +81,15 @@ func Digest(data []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:8])
 }
 
-// Validate returns every problem in doc. It normalizes doc in place (lower-case UUIDs,
-// canonical IPs, default state) so that a valid document can be indexed directly.
+// Validate returns every problem in doc, without the CloudConfig's rules. It
+// normalizes doc in place (lower-case UUIDs, canonical IPs, default state) so that a
+// valid document can be indexed directly.
 func Validate(doc *Document) field.ErrorList {
+	return validate(doc, ParseOptions{})
+}
+
+// validate is Validate under opts.
+func validate(doc *Document, opts ParseOptions) field.ErrorList {
 	var errs field.ErrorList
 	if doc.APIVersion != APIVersion {
 		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), doc.APIVersion, []string{APIVersion}))
@@ -157,14 +192,20 @@ func Validate(doc *Document) field.ErrorList {
 			errs = append(errs, field.NotSupported(hp.Child("state"), h.State, []string{string(StateActive), string(StateMaintenance), string(StateDecommissioned)}))
 		}
 		if h.BMC != nil {
-			errs = append(errs, validateBMC(h.BMC, hp.Child("bmc"))...)
+			errs = append(errs, validateBMC(h.BMC, hp.Child("bmc"), opts)...)
 		}
 	}
-	errs = append(errs, validateRacks(doc.Racks, field.NewPath("racks"))...)
+	rp := field.NewPath("racks")
+	errs = append(errs, validateRacks(doc.Racks, rp)...)
+	for i := range doc.Racks {
+		for j, peer := range doc.Racks[i].BGPPeers {
+			errs = append(errs, validateCredentialsPath(peer.PasswordFile, rp.Index(i).Child("bgpPeers").Index(j).Child("passwordFile"), opts)...)
+		}
+	}
 	return errs
 }
 
-func validateBMC(b *BMC, p *field.Path) field.ErrorList {
+func validateBMC(b *BMC, p *field.Path, opts ParseOptions) field.ErrorList {
 	var errs field.ErrorList
 	switch b.Protocol {
 	case ProtocolRedfish, ProtocolIPMI:
@@ -190,6 +231,8 @@ func validateBMC(b *BMC, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("credentialsSecret"), "(redacted)", "set exactly one of credentialsFile and credentialsSecret"))
 	case b.CredentialsFile != "" && !strings.HasPrefix(b.CredentialsFile, "/"):
 		errs = append(errs, field.Invalid(p.Child("credentialsFile"), b.CredentialsFile, "must be an absolute path"))
+	case b.CredentialsFile != "":
+		errs = append(errs, validateCredentialsPath(b.CredentialsFile, p.Child("credentialsFile"), opts)...)
 	case b.CredentialsSecret != nil:
 		sp := p.Child("credentialsSecret")
 		for _, f := range []struct {
@@ -210,8 +253,32 @@ func validateBMC(b *BMC, p *field.Path) field.ErrorList {
 	}
 	if b.Protocol == ProtocolIPMI && (b.InsecureSkipVerify || b.CAFile != "") {
 		errs = append(errs, field.Invalid(p.Child("insecureSkipVerify"), b.InsecureSkipVerify, "caFile and insecureSkipVerify apply to redfish (TLS) only"))
+	} else if b.InsecureSkipVerify && !opts.AllowInsecureSkipVerify {
+		errs = append(errs, field.Forbidden(p.Child("insecureSkipVerify"), "the CloudConfig does not allow skipping TLS verification: give the BMC's CA in caFile (or the CloudConfig's bmc.caFile), or set inventory.allowInsecureSkipVerify: true in the CloudConfig"))
 	}
 	return errs
+}
+
+// validateCredentialsPath checks that an absolute path (a BMC credentials file, a BGP
+// password file) lies under opts.CredentialsDir once both are cleaned, so that
+// "/etc/baremetal-ccm/bmc/../../shadow" is refused. Empty paths, relative paths
+// (reported by the field's own validation) and an unset CredentialsDir pass. Symlinks
+// are not resolved here: the file may not exist yet when the inventory is parsed.
+func validateCredentialsPath(path string, p *field.Path, opts ParseOptions) field.ErrorList {
+	if opts.CredentialsDir == "" || path == "" || !filepath.IsAbs(path) {
+		return nil
+	}
+	dir, clean := filepath.Clean(opts.CredentialsDir), filepath.Clean(path)
+	rel, err := filepath.Rel(dir, clean)
+	if err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return nil
+	}
+	where := ""
+	if clean != path {
+		where = " (it resolves to " + clean + ")"
+	}
+	return field.ErrorList{field.Invalid(p, path, fmt.Sprintf(
+		"must be a file under inventory.credentialsDir %s%s: move the file under %s or set inventory.credentialsDir in the CloudConfig", dir, where, dir))}
 }
 
 // NodeLabelKey returns the Node label key for an inventory label key: unprefixed keys

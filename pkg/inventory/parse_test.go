@@ -2,9 +2,13 @@ package inventory
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 )
 
 const validDoc = `
@@ -159,24 +163,169 @@ func TestNodeLabelKey(t *testing.T) {
 	}
 }
 
+// FuzzParse: Parse and ParseWith never panic; what ParseWith accepts under the
+// default CloudConfig's rules, Parse accepts too, with the digest of the raw bytes,
+// and every credentials file in it lies under the credentials directory.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(validDoc))
 	f.Add([]byte(`{"apiVersion":"baremetal-ccm.io/v1alpha1","kind":"Inventory","hosts":[{"name":"h"}]}`))
+	f.Add([]byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: h\n  bmc: {protocol: redfish, address: \"https://10.0.0.1\", credentialsFile: /etc/baremetal-ccm/bmc/../h, insecureSkipVerify: true}\n"))
+	if data, err := os.ReadFile("../../packaging/examples/inventory.yaml"); err == nil {
+		f.Add(data)
+	}
+	opts := ParseOptions{CredentialsDir: config.DefaultCredentialsDir}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		v, err := Parse(data)
 		if err == nil && v == nil {
 			t.Fatal("nil view without error")
 		}
+		w, err := ParseWith(data, opts)
+		if err != nil {
+			return
+		}
+		if v == nil || v.Digest() != Digest(data) || w.Digest() != Digest(data) {
+			t.Fatalf("ParseWith accepted what Parse refused, or digests differ")
+		}
+		w.Hosts(func(h *Host) {
+			if h.BMC != nil && h.BMC.CredentialsFile != "" && !strings.HasPrefix(filepath.Clean(h.BMC.CredentialsFile), opts.CredentialsDir+"/") {
+				t.Fatalf("credentialsFile %q accepted outside %s", h.BMC.CredentialsFile, opts.CredentialsDir)
+			}
+		})
 	})
 }
 
-// TestExampleInventory keeps the shipped example valid.
+// TestExampleInventory keeps the shipped example valid under the shipped CloudConfig's
+// rules (and the defaults).
 func TestExampleInventory(t *testing.T) {
 	data, err := os.ReadFile("../../packaging/examples/inventory.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Parse(data); err != nil {
+	cfg, err := config.Load("../../packaging/examples/cloud-config.yaml")
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, opts := range []ParseOptions{ParseOptionsFor(cfg), ParseOptionsFor(defaultCloudConfig(t))} {
+		v, err := ParseWith(data, opts)
+		if err != nil {
+			t.Fatalf("%+v: %v", opts, err)
+		}
+		if r, ok := v.Rack("r1"); !ok || len(r.BGPPeers) != 1 {
+			t.Errorf("rack r1 = %+v", r)
+		}
+	}
+}
+
+// defaultCloudConfig is a minimal CloudConfig with every default.
+func defaultCloudConfig(t *testing.T) *config.CloudConfig {
+	t.Helper()
+	cfg, err := config.Parse([]byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\ninventory:\n  file: {path: /etc/baremetal-ccm/inventory.yaml}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestParseOptionsFor(t *testing.T) {
+	cfg := defaultCloudConfig(t)
+	if o := ParseOptionsFor(cfg); o.CredentialsDir != config.DefaultCredentialsDir || o.AllowInsecureSkipVerify {
+		t.Fatalf("defaults: %+v", o)
+	}
+	cfg.Inventory.CredentialsDir, cfg.Inventory.AllowInsecureSkipVerify = "/srv/creds", true
+	if o := ParseOptionsFor(cfg); o != (ParseOptions{CredentialsDir: "/srv/creds", AllowInsecureSkipVerify: true}) {
+		t.Fatalf("explicit: %+v", o)
+	}
+}
+
+// TestParseWithRules: the inventory cannot point credentials files outside the
+// CloudConfig's credentialsDir, nor skip TLS verification unless the CloudConfig
+// allows it.
+func TestParseWithRules(t *testing.T) {
+	const head = "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\n"
+	host := func(bmc string) string {
+		return head + "hosts:\n- name: h1\n  bmc: {protocol: redfish, address: \"https://10.0.0.1\", " + bmc + "}\n"
+	}
+	rack := func(pw string) string {
+		return head + "hosts: []\nracks:\n- name: r1\n  bgpPeers:\n  - {address: 10.0.0.1, asn: 65000, passwordFile: \"" + pw + "\"}\n"
+	}
+	const dir = "/etc/baremetal-ccm/bmc"
+	opts := ParseOptions{CredentialsDir: dir}
+	fix := "move the file under " + dir + " or set inventory.credentialsDir"
+	tests := []struct {
+		name, doc string
+		opts      ParseOptions
+		wantErr   []string // empty: accepted
+	}{
+		{"under the directory", host("credentialsFile: " + dir + "/h1"), opts, nil},
+		{"in a subdirectory", host("credentialsFile: " + dir + "/rack1/h1"), opts, nil},
+		{"dot segments that stay inside", host("credentialsFile: " + dir + "/rack1/./../h1"), opts, nil},
+		{"a name starting with ..", host("credentialsFile: " + dir + "/..h1"), opts, nil},
+		{"the directory with a trailing slash", host("credentialsFile: /x/h1"), ParseOptions{CredentialsDir: "/x/"}, nil},
+		{"under another directory", host("credentialsFile: /etc/kubernetes/admin.conf"), opts,
+			[]string{`hosts[0].bmc.credentialsFile: Invalid value: "/etc/kubernetes/admin.conf": must be a file under inventory.credentialsDir ` + dir, fix}},
+		{"escaping with ..", host("credentialsFile: " + dir + "/../../shadow"), opts,
+			[]string{`hosts[0].bmc.credentialsFile: Invalid value: "` + dir + `/../../shadow"`, "resolves to /etc/shadow", fix}},
+		{"escaping with .. to the parent", host("credentialsFile: " + dir + "/.."), opts, []string{"hosts[0].bmc.credentialsFile", "resolves to /etc/baremetal-ccm"}},
+		{"a sibling with the same prefix", host("credentialsFile: " + dir + "-old/h1"), opts, []string{"hosts[0].bmc.credentialsFile", fix}},
+		{"the directory itself", host("credentialsFile: " + dir), opts, []string{"hosts[0].bmc.credentialsFile"}},
+		{"the directory itself with a slash", host("credentialsFile: " + dir + "/"), opts, []string{"hosts[0].bmc.credentialsFile"}},
+		{"a relative path is reported once, as relative", host("credentialsFile: etc/baremetal-ccm/credentials/h1"), opts,
+			[]string{`hosts[0].bmc.credentialsFile: Invalid value: "etc/baremetal-ccm/credentials/h1": must be an absolute path`}},
+		{"no restriction without a directory", host("credentialsFile: /anywhere/h1"), ParseOptions{}, nil},
+		{"a Secret is not a path", host("credentialsSecret: {namespace: baremetal-ccm, name: h1}"), opts, nil},
+		{"rack password under another directory", rack("/root/pw"), opts, []string{`racks[0].bgpPeers[0].passwordFile: Invalid value: "/root/pw"`, fix}},
+		{"rack password escaping with ..", rack(dir + "/../bgp-password"), opts, []string{"racks[0].bgpPeers[0].passwordFile", "resolves to /etc/baremetal-ccm/bgp-password"}},
+		{"rack password under the directory", rack(dir + "/r1-pw"), opts, nil},
+		{"insecureSkipVerify not allowed", host("credentialsFile: " + dir + "/h1, insecureSkipVerify: true"), opts,
+			[]string{"hosts[0].bmc.insecureSkipVerify: Forbidden", "set inventory.allowInsecureSkipVerify: true"}},
+		{"insecureSkipVerify not allowed without a directory either", host("credentialsFile: /c, insecureSkipVerify: true"), ParseOptions{AllowInsecureSkipVerify: false},
+			[]string{"hosts[0].bmc.insecureSkipVerify: Forbidden"}},
+		{"insecureSkipVerify allowed", host("credentialsFile: " + dir + "/h1, insecureSkipVerify: true"),
+			ParseOptions{CredentialsDir: dir, AllowInsecureSkipVerify: true}, nil},
+		{"every problem at once", head + "hosts:\n- name: a\n  bmc: {protocol: redfish, address: \"https://10.0.0.1\", credentialsFile: /a, insecureSkipVerify: true}\n" +
+			"- name: b\n  bmc: {protocol: ipmi, address: 10.0.0.2, credentialsFile: /b}\n" +
+			"racks:\n- name: r1\n  bgpPeers: [{address: 10.0.0.1, asn: 65000, passwordFile: /c}]\n", opts,
+			[]string{"hosts[0].bmc.credentialsFile", "hosts[0].bmc.insecureSkipVerify", "hosts[1].bmc.credentialsFile", "racks[0].bgpPeers[0].passwordFile"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := ParseWith([]byte(tt.doc), tt.opts)
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("ParseWith = %v", err)
+				}
+				if v.Digest() != Digest([]byte(tt.doc)) {
+					t.Errorf("digest %s is not that of the raw document", v.Digest())
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("ParseWith = %v, want ErrInvalid", err)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			if n := strings.Count(err.Error(), "credentialsFile"); tt.name == "a relative path is reported once, as relative" && n != 1 {
+				t.Errorf("credentialsFile reported %d times: %v", n, err)
+			}
+		})
+	}
+}
+
+// TestParseZeroOptions: Parse is ParseWith(data, ParseOptions{}): no restriction on
+// where credentials files lie, but TLS verification may not be skipped.
+func TestParseZeroOptions(t *testing.T) {
+	const doc = "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: h1\n  bmc: {protocol: redfish, address: \"https://10.0.0.1\", credentialsFile: /anywhere/h1%s}\n"
+	plain, insecure := []byte(fmt.Sprintf(doc, "")), []byte(fmt.Sprintf(doc, ", insecureSkipVerify: true"))
+	if _, err := Parse(plain); err != nil {
+		t.Fatalf("Parse = %v", err)
+	}
+	if _, err := Parse(insecure); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "hosts[0].bmc.insecureSkipVerify: Forbidden") {
+		t.Fatalf("Parse(insecureSkipVerify) = %v", err)
+	}
+	if _, err := ParseWith(plain, ParseOptionsFor(defaultCloudConfig(t))); err == nil {
+		t.Fatal("ParseWith with the default CloudConfig accepted /anywhere/h1")
 	}
 }

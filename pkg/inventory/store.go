@@ -17,24 +17,44 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Store errors, wrapped by what View and DeletionAllowed return.
+// Store errors, wrapped by what View, GoneAllowed and TakePowerBudget return.
 var (
 	// ErrNotLoaded: no inventory has been loaded successfully yet.
 	ErrNotLoaded = errors.New("inventory not loaded yet")
 	// ErrReloadFailing: the latest reload failed; the last good inventory is served for
 	// metadata but no host is reported gone until a reload succeeds.
 	ErrReloadFailing = errors.New("inventory reload failing")
-	// ErrDeletionGuard: the deletion guard is tripped; no host is reported gone until
-	// the held inventory is acknowledged or replaced.
-	ErrDeletionGuard = errors.New("inventory deletion guard tripped")
+	// ErrDeletionGuard: the deletion guard holds a change back, has not compared the
+	// inventory with the cluster yet, or cannot reach its state; no host is reported
+	// gone until that is resolved.
+	ErrDeletionGuard = errors.New("inventory deletion guard")
+	// ErrNotAccepted: the host is not in the inventory, but its removal was never
+	// accepted by the guard (within limits or acknowledged).
+	ErrNotAccepted = errors.New("host removal not accepted by the deletion guard")
+	// ErrPowerBudget: the power-off budget over its window is used up; the action waits
+	// for an acknowledgement.
+	ErrPowerBudget = errors.New("power-off budget used up")
+	// ErrNowWaiting is wrapped, beside ErrPowerBudget, by the first refusal of a host:
+	// callers record their event then, not on every retry.
+	ErrNowWaiting = errors.New("now waiting for an acknowledgement")
 )
 
 // Event reasons recorded by the Store.
 const (
-	ReasonLoaded       = "InventoryLoaded"
-	ReasonReloadFailed = "InventoryReloadFailed"
-	ReasonGuardTripped = "DeletionGuardTripped"
-	ReasonGuardCleared = "DeletionGuardCleared"
+	ReasonLoaded            = "InventoryLoaded"
+	ReasonReloadFailed      = "InventoryReloadFailed"
+	ReasonGuardTripped      = "DeletionGuardTripped"
+	ReasonGuardCleared      = "DeletionGuardCleared"
+	ReasonSettling          = "InventoryShrinkSettling"
+	ReasonPowerBudget       = "PowerOffBudgetExceeded"
+	ReasonPowerBudgetAcked  = "PowerOffBudgetAcknowledged"
+	ReasonGuardStateFailing = "DeletionGuardStateUnavailable"
+)
+
+// Trip kinds (the prefix of a Trip's ID).
+const (
+	tripInventory = "inventory"
+	tripPower     = "power"
 )
 
 // EventSink records events about the inventory. Implementations must not block.
@@ -47,32 +67,54 @@ type EventSink interface {
 // synced).
 type NodeHostsFunc func() (hosts []string, ok bool)
 
-// Guard configures the deletion guard.
+// Guard configures the deletion guard and the power-off budget.
 type Guard struct {
-	// MaxHosts and MaxPercent: a change that reports more hosts gone than MaxHosts, or
-	// more than MaxPercent of the known hosts, trips the guard.
+	// MaxHosts and MaxPercent: more hosts reported gone within Window than MaxHosts,
+	// or than MaxPercent of the hosts known at the window's start, trips the guard.
 	MaxHosts   int
 	MaxPercent int
-	// AckFile is read on every reload; when it holds the digest of the held inventory,
-	// that inventory is accepted.
+	// Window is the sliding window of MaxHosts and MaxPercent. Zero: one hour.
+	Window time.Duration
+	// SettleTime: a document that would report hosts gone must be seen unchanged this
+	// long, and by at least two fetches, before any of them is reported gone.
+	SettleTime time.Duration
+	// AckFile is read on every reload; it may hold trip IDs (inventory or power) to
+	// acknowledge. The state store's annotation is read as well.
 	AckFile string
+	// PowerMaxHosts hosts may be granted a power-based action within PowerWindow.
+	// Zero: every such action needs an acknowledgement.
+	PowerMaxHosts int
+	PowerWindow   time.Duration
+	// Parse parses a fetched document; nil is Parse.
+	Parse func([]byte) (*View, error)
 }
 
-// Trip describes a tripped deletion guard.
-type Trip struct {
-	// Digest identifies the held inventory; writing it to the ack file accepts it.
-	Digest string
-	// Gone are the hosts the held inventory would report gone, sorted.
-	Gone []string
-	// Known is the number of hosts the comparison was made against.
-	Known int
-	Since time.Time
-}
+// DefaultWindow is Guard.Window's and Guard.PowerWindow's default.
+const DefaultWindow = time.Hour
 
-// Store keeps the current inventory View. It reloads from its Source, keeps the last
-// good View when a reload fails or trips the deletion guard, and says why through logs,
-// events and metrics. View and DeletionAllowed are safe for concurrent use and never
-// wait for the Source.
+// stateTimeout bounds one load or save of the guard state.
+const stateTimeout = 10 * time.Second
+
+// Store keeps the current inventory View and the deletion guard. It reloads from its
+// Source, keeps the last good View when a reload fails or a change is held back, and
+// says why through logs, events and metrics.
+//
+// Guarantees (a property test drives random inventories, restarts and
+// acknowledgements through them):
+//   - A host is reported gone (GoneAllowed is nil) only when its removal was accepted:
+//     within MaxHosts/MaxPercent over the sliding Window, counted against every host
+//     the accepted inventory or a Node references, or by an acknowledgement of a trip
+//     listing it. Acceptances and the window live in the StateStore, loaded before and
+//     saved before any decision, so a restart or a leader change forgets nothing.
+//   - A document that would report hosts gone is used only after it was seen unchanged
+//     for SettleTime and by two fetches (a file read mid-write is never acted on).
+//   - A trip clears only by its acknowledgement (once: a used ID never applies again)
+//     or by an inventory that holds its hosts again; editing the document otherwise
+//     (a comment) keeps it. While a trip stands no host is reported gone.
+//   - Nothing is reported gone while the latest reload failed, before the inventory
+//     was compared with the Nodes, or while the state store cannot be read or written.
+//
+// View and GoneAllowed never wait for the Source or the StateStore.
 type Store struct {
 	src    Source
 	guard  Guard
@@ -81,53 +123,79 @@ type Store struct {
 
 	view      atomic.Pointer[View]
 	nodeHosts atomic.Pointer[NodeHostsFunc]
+	state     atomic.Pointer[StateStore]
 
-	reloadMu    sync.Mutex // serializes reloads; held across Fetch
-	mu          sync.Mutex // guards the fields below; never held across I/O on the Source
-	loadErr     error      // of the latest reload
-	docErr      error      // of the latest document fetched (an unchanged source repeats it)
-	lastEvErr   string
-	trip        *Trip
-	pending     *View // held by the guard; nil when the view itself is held (first load)
-	nodeChecked bool  // the view has been checked against the Nodes
-	status      atomic.Pointer[status]
+	reloadMu sync.Mutex // serializes reloads; held across Fetch
+	// mu guards the fields below. It is held across StateStore calls (bounded by
+	// stateTimeout), never across a Fetch.
+	mu           sync.Mutex
+	loadErr      error // of the latest reload
+	docErr       error // of the latest document fetched (an unchanged source repeats it)
+	lastEvErr    string
+	accepted     *View     // the latest document the guard accepted; nil before one is
+	latest       *View     // the latest valid document fetched
+	latestSeen   time.Time // when latest's digest was first fetched
+	latestPolls  int       // fetches that returned latest's digest
+	settling     string    // digest whose settling was announced
+	powerEventID string    // the power trip whose event was recorded last
+	gs           *GuardState
+	stateErr     error
+	status       atomic.Pointer[status]
 }
 
 type status struct {
 	loadErr error
-	trip    *Trip
-	// unverified: the view has not been compared with the Nodes yet although a
-	// NodeHostsFunc is set.
-	unverified bool
+	// why is non-empty while nothing may be reported gone for a reason of the guard
+	// (not compared with the Nodes yet, state unavailable).
+	why       string
+	trip      *Trip
+	gone      map[string]Removal
+	powerTrip *Trip
 }
 
-// NewStore returns a Store that has loaded nothing yet; call Reload or Run.
+// NewStore returns a Store that has loaded nothing yet; call Reload or Run. Until
+// SetStateStore is called it keeps its state in memory.
 func NewStore(src Source, guard Guard, events EventSink, clk clock.PassiveClock) *Store {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	if guard.Window <= 0 {
+		guard.Window = DefaultWindow
+	}
+	if guard.PowerWindow <= 0 {
+		guard.PowerWindow = DefaultWindow
+	}
+	if guard.Parse == nil {
+		guard.Parse = Parse
+	}
 	s := &Store{src: src, guard: guard, events: events, clock: clk}
-	s.status.Store(&status{})
+	var mem StateStore = &MemoryState{}
+	s.state.Store(&mem)
+	s.status.Store(&status{why: "the inventory has not been compared with the cluster's Nodes yet"})
 	registerMetrics()
 	return s
 }
 
-// SetNodeHosts gives the Store a way to see which hosts existing Nodes reference, so
-// the deletion guard also protects against an inventory that lost hosts while the
-// process was not running.
-func (s *Store) SetNodeHosts(fn NodeHostsFunc) {
+// SetNodeHosts gives the Store a way to see which hosts existing Nodes reference.
+// Until it is set and reports ok, nothing is reported gone.
+func (s *Store) SetNodeHosts(fn NodeHostsFunc) { s.nodeHosts.Store(&fn) }
+
+// SetStateStore makes the Store keep its guard state in st (the cluster) instead of
+// memory. Call it before the first Reload.
+func (s *Store) SetStateStore(st StateStore) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.nodeHosts.Store(&fn)
-	s.publish()
+	s.state.Store(&st)
+	s.gs = nil
 }
 
 // Source returns the Store's source.
 func (s *Store) Source() Source { return s.src }
 
-// View returns the current inventory: the last one that loaded and passed the guard
-// (or, before any such, the first one that loaded). It wraps ErrNotLoaded when none
-// has loaded.
+// View returns the current inventory: the last one the guard accepted (or, before
+// it accepted any, the latest one that loaded, for metadata only: on a replica that is
+// not the leader the guard never decides, and its agent follows the latest document). It wraps ErrNotLoaded when
+// none has loaded.
 func (s *Store) View() (*View, error) {
 	if v := s.view.Load(); v != nil {
 		return v, nil
@@ -139,37 +207,51 @@ func (s *Store) View() (*View, error) {
 	return nil, fmt.Errorf("%w from %s", ErrNotLoaded, s.src)
 }
 
-// DeletionAllowed returns nil when the current View may be used to report hosts gone:
-// it loaded, the latest reload succeeded, it has been compared with the hosts the Nodes
-// reference (when SetNodeHosts was called), and the deletion guard is not tripped.
-// Otherwise it returns an error wrapping ErrNotLoaded, ErrReloadFailing or
-// ErrDeletionGuard that says what to do.
-func (s *Store) DeletionAllowed(ctx context.Context) error {
-	if _, err := s.View(); err != nil {
+// GoneAllowed returns nil when host may be reported gone: its removal (absent from or
+// decommissioned in the inventory) was accepted by the guard, the latest reload
+// succeeded, and no change is held back. Otherwise it returns an error wrapping
+// ErrNotLoaded, ErrReloadFailing, ErrDeletionGuard or ErrNotAccepted that says what
+// to do.
+func (s *Store) GoneAllowed(host string) error {
+	if err := s.Ready(); err != nil {
 		return err
 	}
 	st := s.status.Load()
-	if st.unverified {
-		s.mu.Lock()
-		s.checkNodes(ctx)
-		s.publish()
-		s.mu.Unlock()
-		if st = s.status.Load(); st.unverified {
-			return fmt.Errorf("%w: the inventory has not been compared with the cluster's Nodes yet (Node informer not synced); no Node is reported gone until it is", ErrDeletionGuard)
-		}
-	}
-	if st.loadErr != nil {
-		return fmt.Errorf("%w: %w; no Node is reported gone until %s loads again", ErrReloadFailing, st.loadErr, s.src)
-	}
-	if t := st.trip; t != nil {
-		return fmt.Errorf("%w: inventory %s would report %d of %d known hosts gone (%s); to accept it, write %q to %s",
-			ErrDeletionGuard, t.Digest, len(t.Gone), t.Known, summarize(t.Gone, 5), t.Digest, s.guard.AckFile)
+	if _, ok := st.gone[host]; !ok {
+		return fmt.Errorf("%w: host %q is not in inventory %s, but the guard has not accepted its removal yet (it is compared at the next reload, within %s)",
+			ErrNotAccepted, host, s.viewDigest(), s.src.Interval())
 	}
 	return nil
 }
 
-// Trip returns the tripped guard, or nil.
+// Ready returns nil when the Store may back a destructive decision at all: an
+// inventory loaded, the latest reload succeeded, the guard compared it with the
+// cluster and can read and write its state, and no inventory change is held back.
+// Otherwise its error wraps ErrNotLoaded, ErrReloadFailing or ErrDeletionGuard and
+// says what to do.
+func (s *Store) Ready() error {
+	if _, err := s.View(); err != nil {
+		return err
+	}
+	st := s.status.Load()
+	if st.loadErr != nil {
+		return fmt.Errorf("%w: %w; no Node is reported gone until %s loads again", ErrReloadFailing, st.loadErr, s.src)
+	}
+	if st.why != "" {
+		return fmt.Errorf("%w: %s; no Node is reported gone until it is", ErrDeletionGuard, st.why)
+	}
+	if t := st.trip; t != nil {
+		return fmt.Errorf("%w tripped: inventory %s would report %d of %d known hosts gone (%s); %s",
+			ErrDeletionGuard, t.Digest, len(t.Hosts), t.Known, summarize(t.Hosts, 5), s.ackHint(t))
+	}
+	return nil
+}
+
+// Trip returns the held inventory change, or nil.
 func (s *Store) Trip() *Trip { return s.status.Load().trip }
+
+// PowerTrip returns the hosts waiting for the power-off budget, or nil.
+func (s *Store) PowerTrip() *Trip { return s.status.Load().powerTrip }
 
 // Run reloads now and then every Source interval until ctx is done.
 func (s *Store) Run(ctx context.Context) {
@@ -178,8 +260,9 @@ func (s *Store) Run(ctx context.Context) {
 	}, s.src.Interval(), 0.1, true)
 }
 
-// Reload fetches the document once and applies it. It returns the fetch or parse
-// error (the previous View stays in use); a guarded inventory is not an error.
+// Reload fetches the document once, applies the acknowledgements found, and lets the
+// guard decide on the latest document. It returns the fetch or parse error (the
+// previous View stays in use); a held change is not an error.
 func (s *Store) Reload(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("source", s.src.String())
 	s.reloadMu.Lock()
@@ -190,20 +273,34 @@ func (s *Store) Reload(ctx context.Context) error {
 	fetched := err == nil && !unchanged
 	var cand *View
 	if fetched {
-		cand, err = Parse(data) // outside s.mu: parsing a large document takes a while
+		cand, err = s.guard.Parse(data) // outside s.mu: parsing a large document takes a while
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.publish()
+	now := s.clock.Now()
 	switch {
 	case fetched:
 		s.docErr = err
 		if err == nil {
-			s.apply(ctx, cand)
+			if s.latest == nil || s.latest.Digest() != cand.Digest() {
+				s.latest, s.latestSeen, s.latestPolls = cand, now, 0
+			}
+			s.latestPolls++
+			if s.accepted == nil {
+				// The guard has accepted nothing yet (it has not compared with the
+				// Nodes, or never will: a replica that is not the leader serves its
+				// agent only): serve the latest document for metadata. Nothing is
+				// reported gone that the guard did not accept.
+				s.install(cand)
+			}
 		}
 	case err == nil: // unchanged: the document's verdict stands
 		err = s.docErr
+		if err == nil && s.latest != nil {
+			s.latestPolls++
+		}
 	}
 	loadDuration.Observe(s.clock.Since(start).Seconds())
 	if err != nil {
@@ -217,7 +314,7 @@ func (s *Store) Reload(ctx context.Context) error {
 		}
 		return err
 	}
-	if unchanged {
+	if unchanged || !fetched {
 		reloads.WithLabelValues("unchanged").Inc()
 	}
 	if s.loadErr != nil {
@@ -225,86 +322,346 @@ func (s *Store) Reload(ctx context.Context) error {
 	}
 	s.loadErr, s.lastEvErr = nil, ""
 	lastReloadFailed.Set(0)
-	lastSuccess.Set(float64(s.clock.Now().Unix()))
-	s.checkAck(ctx)
-	s.checkNodes(ctx)
+	lastSuccess.Set(float64(now.Unix()))
+	s.decide(ctx, now)
 	return nil
 }
 
-// apply installs a parsed candidate unless it trips the guard.
-func (s *Store) apply(ctx context.Context, cand *View) {
-	logger := klog.FromContext(ctx).WithValues("source", s.src.String(), "digest", cand.Digest())
-	prev := s.view.Load()
-	if prev != nil && prev.Digest() == cand.Digest() {
-		reloads.WithLabelValues("unchanged").Inc()
-		if s.pending != nil { // the held change was reverted to the inventory in use
-			s.pending = nil
-			s.clearTrip(ctx, "the source serves the inventory in use again")
-		}
+// decide loads the guard state, applies acknowledgements, compares the latest
+// document with what the cluster knows, and saves the result before anything in it
+// can be acted on. It runs with s.mu held.
+func (s *Store) decide(ctx context.Context, now time.Time) {
+	logger := klog.FromContext(ctx).WithValues("source", s.src.String())
+	if s.latest == nil {
+		return // nothing valid fetched yet
+	}
+	nodeHosts, ok := s.currentNodeHosts()
+	if !ok {
+		s.stateErr = errors.New("the inventory has not been compared with the cluster's Nodes yet (Node informer not synced)")
 		return
 	}
-	nodeHosts, haveNodes := s.currentNodeHosts()
-	gone, known := evaluate(prev, cand, nodeHosts)
-	if s.exceeds(len(gone), known) && s.readAck(ctx) != cand.Digest() {
+	store := *s.state.Load()
+	lctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
+	loaded, storeAcks, err := store.Load(lctx)
+	if err != nil {
+		s.stateFailed(ctx, fmt.Errorf("cannot read the deletion guard state from %s: %w", store, err))
+		return
+	}
+	gs := loaded.clone()
+	acks := append(s.readAck(ctx), storeAcks...)
+	s.applyAcks(ctx, gs, acks, now)
+	s.prune(gs, nodeHosts, now)
+
+	latest := s.latest
+	gone, known := s.compare(gs, s.accepted, latest, nodeHosts)
+	install := false
+	switch {
+	case len(gone) == 0:
+		install = true
+		s.settleDone()
+		if gs.Trip != nil {
+			s.cleared(ctx, gs.Trip, "an inventory that holds its hosts again was loaded")
+			gs.Trip = nil
+		}
+	case now.Sub(s.latestSeen) < s.guard.SettleTime || s.latestPolls < 2:
+		if s.settling != latest.Digest() {
+			s.settling = latest.Digest()
+			settlingGauge.Set(1)
+			logger.Info("Inventory would report hosts gone: waiting for it to settle", "event", "inventorySettling",
+				"digest", latest.Digest(), "gone", len(gone), "settleTime", s.guard.SettleTime)
+			s.eventf(v1.EventTypeNormal, ReasonSettling, "Inventory %s from %s would report %d hosts gone (%s); it is used once it has been unchanged for %s and two reloads.",
+				latest.Digest(), s.src, len(gone), summarize(gone, 10), s.guard.SettleTime)
+		}
+	default:
+		s.settleDone()
+		cutoff := now.Add(-s.guard.Window)
+		inWindow := withinWindow(gs.Removals, cutoff)
+		total := inWindow + len(gone)
+		population := known + inWindow
+		// A standing trip clears only by its acknowledgement or once its hosts are
+		// back: a document that still lacks any of them stays held, whatever the window.
+		stillHeld := gs.Trip != nil && slices.ContainsFunc(gone, func(h string) bool { return slices.Contains(gs.Trip.Hosts, h) })
+		if !stillHeld && total <= s.guard.MaxHosts && total*100 <= s.guard.MaxPercent*population {
+			install = true
+			for _, h := range gone {
+				r := Removal{Host: h, At: now, By: byLimits}
+				gs.Gone[h] = r
+				gs.Removals = append(gs.Removals, r)
+			}
+			if gs.Trip != nil {
+				s.cleared(ctx, gs.Trip, "an inventory within the limits was loaded")
+				gs.Trip = nil
+			}
+			break
+		}
+		if gs.Trip == nil || !slices.Equal(gs.Trip.Hosts, gone) {
+			since := now
+			if gs.Trip != nil {
+				since = gs.Trip.Since
+			}
+			gs.Trip = newTrip(tripInventory, gone, since)
+		}
+		gs.Trip.Digest, gs.Trip.Known = latest.Digest(), known
+	}
+
+	if !equalState(loaded, gs) {
+		sctx, cancel := context.WithTimeout(ctx, stateTimeout)
+		defer cancel()
+		if err := store.Save(sctx, gs); err != nil {
+			s.stateFailed(ctx, fmt.Errorf("cannot save the deletion guard state to %s: %w", store, err))
+			return
+		}
+	}
+	prevTrip := s.gs.tripOrNil()
+	s.gs, s.stateErr = gs, nil
+	if gs.Trip != nil && (prevTrip == nil || prevTrip.ID != gs.Trip.ID) {
+		s.tripped(ctx, gs.Trip)
+	}
+	if install && (s.accepted == nil || s.accepted.Digest() != latest.Digest()) {
+		reloads.WithLabelValues("loaded").Inc()
+		s.accepted = latest
+		s.install(latest)
+		newly := len(gone)
+		logger.Info("Inventory loaded", "event", "inventoryLoaded", "digest", latest.Digest(), "hosts", latest.Len(), "reportedGone", newly)
+		s.eventf(v1.EventTypeNormal, ReasonLoaded, "Loaded inventory %s from %s: %d hosts; hosts newly reported gone: %d%s.",
+			latest.Digest(), s.src, latest.Len(), newly, listSuffix(gone))
+	} else if gs.Trip != nil {
 		reloads.WithLabelValues("guarded").Inc()
-		if prev == nil {
-			// Nothing else to serve: use it for metadata, report nothing gone.
-			s.install(cand, haveNodes)
-			s.pending = nil
-		} else {
-			s.pending = cand
-		}
-		s.setTrip(ctx, cand.Digest(), gone, known)
-		return
 	}
-	reloads.WithLabelValues("loaded").Inc()
-	s.install(cand, haveNodes)
-	s.pending = nil
-	s.clearTrip(ctx, "a new inventory within the limits was loaded")
-	logger.Info("Inventory loaded", "event", "inventoryLoaded", "hosts", cand.Len(), "reportedGone", len(gone))
-	s.eventf(v1.EventTypeNormal, ReasonLoaded, "Loaded inventory %s from %s: %d hosts; hosts newly reported gone: %d%s.",
-		cand.Digest(), s.src, cand.Len(), len(gone), listSuffix(gone))
+	windowGauge.Set(float64(withinWindow(gs.Removals, now.Add(-s.guard.Window))))
+	// One event per reload at most for the power-off budget's waiting hosts, naming
+	// the trip's current ID (hosts joining change it): a burst of hosts powered off at
+	// once must not exhaust the event rate of the Inventory reference.
+	if t := gs.PowerTrip; t != nil && t.ID != s.powerEventID {
+		s.powerEventID = t.ID
+		s.eventf(v1.EventTypeWarning, ReasonPowerBudget, "Power-off budget used up (%d hosts within %s, instances.powerOffBudget): the power-based actions (deleteAfter, out-of-service) of %d hosts wait (%s). %s",
+			s.guard.PowerMaxHosts, s.guard.PowerWindow, len(t.Hosts), summarize(t.Hosts, 10), s.ackHint(t))
+	}
+	powerWaitingGauge.Set(float64(len(gs.PowerTrip.hostsOrNil())))
 }
 
-func (s *Store) install(v *View, nodeChecked bool) {
+func (g *GuardState) tripOrNil() *Trip {
+	if g == nil {
+		return nil
+	}
+	return g.Trip
+}
+
+// compare returns the hosts latest would newly report gone: those the cluster knows
+// (active or in maintenance in base, or referenced by a Node) that latest lacks or
+// decommissions, less those already accepted as gone; and how many hosts are known.
+func (s *Store) compare(gs *GuardState, base, latest *View, nodeHosts []string) (gone []string, known int) {
+	ref := map[string]struct{}{}
+	if base != nil {
+		base.Hosts(func(h *Host) {
+			if !h.Gone() {
+				ref[h.Name] = struct{}{}
+			}
+		})
+	}
+	for _, id := range nodeHosts {
+		ref[id] = struct{}{}
+	}
+	for id := range ref {
+		if _, ok := gs.Gone[id]; ok {
+			delete(ref, id) // accepted already, and counted in the window if recent
+			continue
+		}
+		if h, ok := latest.Host(id); !ok || h.Gone() {
+			gone = append(gone, id)
+		}
+	}
+	slices.Sort(gone)
+	return gone, len(ref)
+}
+
+// prune forgets what no longer matters: removals out of the window; accepted removals
+// of hosts back in the latest inventory, or that no Node references any more and are
+// out of the window; power grants out of their window.
+func (s *Store) prune(gs *GuardState, nodeHosts []string, now time.Time) {
+	cutoff := now.Add(-s.guard.Window)
+	gs.Removals = slices.DeleteFunc(gs.Removals, func(r Removal) bool { return !r.At.After(cutoff) })
+	referenced := make(map[string]bool, len(nodeHosts))
+	for _, h := range nodeHosts {
+		referenced[h] = true
+	}
+	for h, r := range gs.Gone {
+		back := false
+		if s.latest != nil {
+			if lh, ok := s.latest.Host(h); ok && !lh.Gone() {
+				back = true
+			}
+		}
+		if back || (!referenced[h] && !r.At.After(cutoff)) {
+			delete(gs.Gone, h)
+		}
+	}
+	pcut := now.Add(-s.guard.PowerWindow)
+	for h, r := range gs.Power {
+		if !r.At.After(pcut) {
+			delete(gs.Power, h)
+		}
+	}
+}
+
+// applyAcks applies an acknowledgement of the current inventory or power trip: its
+// hosts are accepted (as gone, or granted their power-based action), the trip clears,
+// and the ID is used up.
+func (s *Store) applyAcks(ctx context.Context, gs *GuardState, acks []string, now time.Time) {
+	logger := klog.FromContext(ctx)
+	for _, id := range acks {
+		if gs.used(id) {
+			continue
+		}
+		switch {
+		case gs.Trip != nil && gs.Trip.ID == id:
+			for _, h := range gs.Trip.Hosts {
+				gs.Gone[h] = Removal{Host: h, At: now, By: "acknowledgement " + id}
+			}
+			gs.use(id)
+			logger.Info("Held inventory change acknowledged", "event", "deletionGuardAcknowledged", "id", id, "hosts", len(gs.Trip.Hosts))
+			s.cleared(ctx, gs.Trip, fmt.Sprintf("acknowledgement %s accepted the removal of %d hosts (%s)", id, len(gs.Trip.Hosts), summarize(gs.Trip.Hosts, 10)))
+			gs.Trip = nil
+		case gs.PowerTrip != nil && gs.PowerTrip.ID == id:
+			for _, h := range gs.PowerTrip.Hosts {
+				gs.Power[h] = Removal{Host: h, At: now, By: "acknowledgement " + id}
+			}
+			gs.use(id)
+			logger.Info("Power-off budget acknowledged", "event", "powerBudgetAcknowledged", "id", id, "hosts", len(gs.PowerTrip.Hosts))
+			s.eventf(v1.EventTypeNormal, ReasonPowerBudgetAcked, "Acknowledgement %s released the power-based actions (deleteAfter, out-of-service) of %d hosts: %s.",
+				id, len(gs.PowerTrip.Hosts), summarize(gs.PowerTrip.Hosts, 10))
+			gs.PowerTrip = nil
+		}
+	}
+}
+
+// TakePowerBudget asks for host's power-based action (kind: "deleteAfter" or
+// "outOfService"). It returns nil when the host already holds a grant within the power
+// window, or when one is left in the budget (the grant is saved before it returns);
+// otherwise the host joins the hosts waiting for an acknowledgement and the error
+// wraps ErrPowerBudget and says how to acknowledge. It first requires Ready (a held
+// inventory change or a failing reload stops power-based actions too); errors reading
+// or saving the state wrap ErrDeletionGuard: no action without a saved grant.
+func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
+	if err := s.Ready(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	if s.gs != nil {
+		// Grants are only ever added within their window: a saved one holds. A host
+		// already waiting keeps waiting until an acknowledgement, which only a reload
+		// applies (to s.gs): neither needs the state store.
+		if r, ok := s.gs.Power[host]; ok && r.At.After(now.Add(-s.guard.PowerWindow)) {
+			return nil
+		}
+		if t := s.gs.PowerTrip; t != nil && slices.Contains(t.Hosts, host) {
+			return fmt.Errorf("%w: %d hosts wait (%s); %s", ErrPowerBudget, len(t.Hosts), summarize(t.Hosts, 5), s.ackHint(t))
+		}
+	}
+	store := *s.state.Load()
+	lctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
+	loaded, _, err := store.Load(lctx)
+	if err != nil {
+		return fmt.Errorf("%w: cannot read its state from %s: %w", ErrDeletionGuard, store, err)
+	}
+	gs := loaded.clone()
+	pcut := now.Add(-s.guard.PowerWindow)
+	if r, ok := gs.Power[host]; ok && r.At.After(pcut) {
+		return nil
+	}
+	used := 0
+	for _, r := range gs.Power {
+		if r.By == byLimits && r.At.After(pcut) {
+			used++
+		}
+	}
+	var result error
+	newWait := false
+	if used < s.guard.PowerMaxHosts {
+		gs.Power[host] = Removal{Host: host, At: now, By: byLimits}
+		powerUsedGauge.Set(float64(used + 1))
+	} else {
+		waiting := []string{host}
+		since := now
+		if t := gs.PowerTrip; t != nil {
+			since = t.Since
+			waiting = t.Hosts
+			if !slices.Contains(waiting, host) {
+				waiting = append(slices.Clone(waiting), host)
+				slices.Sort(waiting)
+				newWait = true
+			}
+		} else {
+			newWait = true
+		}
+		if newWait {
+			gs.PowerTrip = newTrip(tripPower, waiting, since)
+		}
+		result = fmt.Errorf("%w: %d of %d hosts used within %s; %d hosts wait (%s); %s",
+			ErrPowerBudget, used, s.guard.PowerMaxHosts, s.guard.PowerWindow, len(gs.PowerTrip.Hosts), summarize(gs.PowerTrip.Hosts, 5), s.ackHint(gs.PowerTrip))
+	}
+	if !equalState(loaded, gs) {
+		sctx, cancel := context.WithTimeout(ctx, stateTimeout)
+		defer cancel()
+		if err := store.Save(sctx, gs); err != nil {
+			return fmt.Errorf("%w: cannot save its state to %s: %w", ErrDeletionGuard, store, err)
+		}
+	}
+	s.gs = gs
+	powerWaitingGauge.Set(float64(len(gs.PowerTrip.hostsOrNil())))
+	s.publish()
+	if newWait {
+		result = fmt.Errorf("%w: %w", ErrNowWaiting, result)
+		klog.FromContext(ctx).Info("Power-off budget used up: the action waits for an acknowledgement", "event", "powerBudgetExceeded",
+			"host", host, "kind", kind, "id", gs.PowerTrip.ID, "waiting", len(gs.PowerTrip.Hosts))
+	}
+	return result
+}
+
+func (t *Trip) hostsOrNil() []string {
+	if t == nil {
+		return nil
+	}
+	return t.Hosts
+}
+
+// ackHint says how to acknowledge a trip.
+func (s *Store) ackHint(t *Trip) string {
+	hint := fmt.Sprintf("to accept exactly this, acknowledge %s", t.ID)
+	if cm, ok := (*s.state.Load()).(*ConfigMapState); ok {
+		hint += fmt.Sprintf(": kubectl -n %s annotate configmap %s %s=%s --overwrite", cm.Namespace, StateConfigMapName, AnnotationAcknowledge, t.ID)
+		if s.guard.AckFile != "" {
+			hint += " (or write it to " + s.guard.AckFile + " on the leader's host)"
+		}
+	} else if s.guard.AckFile != "" {
+		hint += fmt.Sprintf(": echo %s > %s", t.ID, s.guard.AckFile)
+	}
+	return hint
+}
+
+func (s *Store) settleDone() {
+	s.settling = ""
+	settlingGauge.Set(0)
+}
+
+func (s *Store) stateFailed(ctx context.Context, err error) {
+	klog.FromContext(ctx).Error(err, "Deletion guard state unavailable: no host is reported gone", "event", "deletionGuardStateFailing")
+	if s.stateErr == nil || s.stateErr.Error() != err.Error() {
+		s.eventf(v1.EventTypeWarning, ReasonGuardStateFailing, "%v. No Node is reported gone and no power-based action is taken until it is readable and writable again.", err)
+	}
+	s.stateErr = err
+}
+
+func (s *Store) install(v *View) {
 	s.view.Store(v)
-	s.nodeChecked = nodeChecked
 	counts := map[State]int{StateActive: 0, StateMaintenance: 0, StateDecommissioned: 0}
 	v.Hosts(func(h *Host) { counts[h.State]++ })
 	for st, n := range counts {
 		hostsGauge.WithLabelValues(string(st)).Set(float64(n))
-	}
-}
-
-// checkAck accepts the held inventory when the ack file names it.
-func (s *Store) checkAck(ctx context.Context) {
-	if s.trip == nil || s.readAck(ctx) != s.trip.Digest {
-		return
-	}
-	logger := klog.FromContext(ctx)
-	if s.pending != nil {
-		s.install(s.pending, s.nodeChecked)
-		s.pending = nil
-	}
-	logger.Info("Held inventory acknowledged by the operator", "event", "deletionGuardAcknowledged", "digest", s.trip.Digest, "ackFile", s.guard.AckFile)
-	s.clearTrip(ctx, "the operator acknowledged it in "+s.guard.AckFile)
-}
-
-// checkNodes compares a View that was installed before the Nodes were known with the
-// hosts the Nodes reference, so a restart cannot bypass the guard.
-func (s *Store) checkNodes(ctx context.Context) {
-	v := s.view.Load()
-	if v == nil || s.nodeChecked {
-		return
-	}
-	nodeHosts, ok := s.currentNodeHosts()
-	if !ok {
-		return
-	}
-	s.nodeChecked = true
-	gone, known := evaluate(nil, v, nodeHosts)
-	if s.trip == nil && s.exceeds(len(gone), known) && s.readAck(ctx) != v.Digest() {
-		s.setTrip(ctx, v.Digest(), gone, known)
 	}
 }
 
@@ -316,85 +673,53 @@ func (s *Store) currentNodeHosts() ([]string, bool) {
 	return (*fn)()
 }
 
-// evaluate returns the hosts that cand would report gone among the known ones, and how
-// many were known. Known hosts are those active or in maintenance in prev, plus those
-// Nodes reference (unless prev already reports them gone).
-func evaluate(prev, cand *View, nodeHosts []string) (gone []string, known int) {
-	ref := map[string]struct{}{}
-	if prev != nil {
-		prev.Hosts(func(h *Host) {
-			if !h.Gone() {
-				ref[h.Name] = struct{}{}
-			}
-		})
-	}
-	for _, id := range nodeHosts {
-		if prev != nil {
-			if h, ok := prev.Host(id); !ok || h.Gone() {
-				continue
-			}
-		}
-		ref[id] = struct{}{}
-	}
-	for id := range ref {
-		if h, ok := cand.Host(id); !ok || h.Gone() {
-			gone = append(gone, id)
-		}
-	}
-	slices.Sort(gone)
-	return gone, len(ref)
-}
-
-func (s *Store) exceeds(gone, known int) bool {
-	if gone == 0 {
-		return false
-	}
-	return gone > s.guard.MaxHosts || gone*100 > s.guard.MaxPercent*known
-}
-
-func (s *Store) setTrip(ctx context.Context, digest string, gone []string, known int) {
-	if s.trip != nil && s.trip.Digest == digest {
-		return
-	}
-	s.trip = &Trip{Digest: digest, Gone: gone, Known: known, Since: s.clock.Now()}
+func (s *Store) tripped(ctx context.Context, t *Trip) {
 	guardTripped.Set(1)
-	guardHeld.Set(float64(len(gone)))
+	guardHeld.Set(float64(len(t.Hosts)))
 	klog.FromContext(ctx).Info("Deletion guard tripped: keeping the last good inventory and reporting no host gone",
-		"event", "deletionGuardTripped", "digest", digest, "gone", len(gone), "known", known,
-		"maxRemovedHosts", s.guard.MaxHosts, "maxRemovedPercent", s.guard.MaxPercent, "ackFile", s.guard.AckFile)
+		"event", "deletionGuardTripped", "id", t.ID, "digest", t.Digest, "gone", len(t.Hosts), "known", t.Known,
+		"maxRemovedHosts", s.guard.MaxHosts, "maxRemovedPercent", s.guard.MaxPercent, "window", s.guard.Window)
 	s.eventf(v1.EventTypeWarning, ReasonGuardTripped,
-		"Inventory %s from %s would report %d of %d known hosts gone (%s), more than the deletion guard allows (maxRemovedHosts %d, maxRemovedPercent %d). No Node is reported gone; the last good inventory (%s) stays in use. If this is intended, run: echo %s > %s",
-		digest, s.src, len(gone), known, summarize(gone, 10), s.guard.MaxHosts, s.guard.MaxPercent, s.viewDigest(), digest, s.guard.AckFile)
+		"Inventory %s from %s would report %d of %d known hosts gone (%s), more than the deletion guard allows (maxRemovedHosts %d, maxRemovedPercent %d within %s, counting %d removals already accepted in that window). No Node is reported gone; the last good inventory (%s) stays in use. If this is intended, %s",
+		t.Digest, s.src, len(t.Hosts), t.Known, summarize(t.Hosts, 10), s.guard.MaxHosts, s.guard.MaxPercent, s.guard.Window,
+		withinWindow(s.gs.Removals, s.clock.Now().Add(-s.guard.Window)), s.viewDigest(), s.ackHint(t))
 }
 
-func (s *Store) clearTrip(ctx context.Context, why string) {
-	if s.trip == nil {
-		return
-	}
-	klog.FromContext(ctx).Info("Deletion guard cleared", "event", "deletionGuardCleared", "digest", s.trip.Digest, "why", why)
-	s.eventf(v1.EventTypeNormal, ReasonGuardCleared, "Deletion guard for inventory %s cleared: %s.", s.trip.Digest, why)
-	s.trip = nil
-	guardTripped.Set(0)
-	guardHeld.Set(0)
+func (s *Store) cleared(ctx context.Context, t *Trip, why string) {
+	klog.FromContext(ctx).Info("Deletion guard cleared", "event", "deletionGuardCleared", "id", t.ID, "why", why)
+	s.eventf(v1.EventTypeNormal, ReasonGuardCleared, "Deletion guard %s (inventory %s) cleared: %s.", t.ID, t.Digest, why)
 }
 
-func (s *Store) readAck(ctx context.Context) string {
+// readAck returns the acknowledgements in the ack file.
+func (s *Store) readAck(ctx context.Context) []string {
 	if s.guard.AckFile == "" {
-		return ""
+		return nil
 	}
 	data, err := os.ReadFile(s.guard.AckFile)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			klog.FromContext(ctx).Error(err, "Cannot read the deletion guard acknowledgement file", "ackFile", s.guard.AckFile)
 		}
-		return ""
+		return nil
 	}
-	return strings.TrimSpace(string(data))
+	return splitAcks(string(data))
 }
 
 func (s *Store) publish() {
-	unverified := s.view.Load() != nil && !s.nodeChecked && s.nodeHosts.Load() != nil
-	s.status.Store(&status{loadErr: s.loadErr, trip: s.trip, unverified: unverified})
+	st := &status{loadErr: s.loadErr}
+	switch {
+	case s.stateErr != nil:
+		st.why = s.stateErr.Error()
+	case s.gs == nil:
+		st.why = "the inventory has not been compared with the cluster's Nodes yet"
+	default:
+		st.trip, st.gone, st.powerTrip = s.gs.Trip, s.gs.Gone, s.gs.PowerTrip
+	}
+	if st.trip == nil {
+		guardTripped.Set(0)
+		guardHeld.Set(0)
+	}
+	s.status.Store(st)
 }
 
 func (s *Store) viewDigest() string {

@@ -20,6 +20,8 @@ var (
 	ErrAmbiguous = errors.New("the node matches more than one inventory host")
 	// ErrForeignProviderID: the Node's providerID belongs to another cloud provider.
 	ErrForeignProviderID = errors.New("the node's providerID is not a baremetal:// providerID")
+	// ErrUUIDMismatch: the Node's systemUUID contradicts the matched host's.
+	ErrUUIDMismatch = errors.New("the node's systemUUID contradicts its inventory host's")
 )
 
 // View is an immutable, indexed snapshot of a valid inventory. It is safe for concurrent
@@ -97,8 +99,22 @@ func HostIDFromProviderID(providerID string) (string, bool) {
 // is ErrForeignProviderID. Without a providerID the Node is matched by systemUUID, by
 // name against host names and hostnames, and by InternalIP (the Node's status or
 // kubelet's provided node IP against the hosts' InternalIP addresses); when these point at different hosts the result is ErrAmbiguous,
-// never a guess. The returned string says which criterion matched.
+// never a guess. Whatever matched, a Node systemUUID that contradicts the host's
+// systemUUID (see SameSystemUUID) is ErrUUIDMismatch: the Node runs on another machine.
+// The returned string says which criterion matched.
 func (v *View) Match(node *v1.Node) (*Host, string, error) {
+	h, by, err := v.match(node)
+	if err != nil {
+		return nil, "", err
+	}
+	if same, ok := SameSystemUUID(node.Status.NodeInfo.SystemUUID, h.SystemUUID); ok && !same {
+		return nil, "", fmt.Errorf("%w: %s matches host %q, but the Node reports systemUUID %s and the host has %s; fix the inventory (or the Node's providerID) so they name the same machine",
+			ErrUUIDMismatch, by, h.Name, node.Status.NodeInfo.SystemUUID, h.SystemUUID)
+	}
+	return h, by, nil
+}
+
+func (v *View) match(node *v1.Node) (*Host, string, error) {
 	if pid := node.Spec.ProviderID; pid != "" {
 		id, ok := HostIDFromProviderID(pid)
 		if !ok {

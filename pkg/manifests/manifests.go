@@ -30,6 +30,9 @@ const (
 	CredentialsNamespace = "baremetal-ccm"
 	// CredentialsRole is the Role that grants it.
 	CredentialsRole = ClusterRole + ":bmc-credentials"
+	// GuardRole lets the CCM keep the deletion guard's state, the ConfigMap
+	// baremetal-ccm-deletion-guard in CredentialsNamespace.
+	GuardRole = ClusterRole + ":deletion-guard"
 )
 
 // LifecycleArgs are the flags every packaged CCM runs with, so the node-lifecycle
@@ -168,18 +171,25 @@ func CredentialsRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}
 }
 
+// GuardRules let the CCM create the deletion guard's state ConfigMap and read and
+// update it by name, in CredentialsNamespace only (RBAC cannot limit create by name).
+func GuardRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"baremetal-ccm-deletion-guard"}, Verbs: []string{"get", "update"}},
+	}
+}
+
 // RBAC returns the ServiceAccount, the ClusterRole and its bindings, and the
-// CredentialsNamespace with a Role that lets the CCM get Secrets there. The bindings name
+// CredentialsNamespace with a Role that lets the CCM get Secrets there, and one that lets
+// it keep the deletion guard's state ConfigMap there. The bindings name
 // both the ServiceAccount kube-system/baremetal-cloud-controller-manager (token-based
 // kubeconfigs) and the user system:baremetal-cloud-controller-manager (a client
 // certificate with that CN, as for a static pod's host kubeconfig). The secure port's
 // delegated authentication and authorization need system:auth-delegator and the
 // extension-apiserver-authentication-reader Role.
 func RBAC() []any {
-	subjects := []rbacv1.Subject{
-		{Kind: rbacv1.ServiceAccountKind, Name: ServiceAccount, Namespace: Namespace},
-		{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: UserName},
-	}
+	subjects := ccmSubjects
 	meta := func(name, ns string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/name": "baremetal-ccm"}}
 	}
@@ -207,17 +217,37 @@ func RBAC() []any {
 			Subjects:   subjects,
 		},
 		&v1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: meta(CredentialsNamespace, "")},
-		&rbacv1.Role{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-			ObjectMeta: meta(CredentialsRole, CredentialsNamespace),
-			Rules:      CredentialsRules(),
-		},
-		&rbacv1.RoleBinding{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-			ObjectMeta: meta(CredentialsRole, CredentialsNamespace),
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: CredentialsRole},
-			Subjects:   subjects,
-		},
+		role(CredentialsRole, CredentialsRules()),
+		roleBinding(CredentialsRole),
+		role(GuardRole, GuardRules()),
+		roleBinding(GuardRole),
+	}
+}
+
+// ccmSubjects are the CCM's identities: its ServiceAccount and the user of a client
+// certificate.
+var ccmSubjects = []rbacv1.Subject{
+	{Kind: rbacv1.ServiceAccountKind, Name: ServiceAccount, Namespace: Namespace},
+	{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: UserName},
+}
+
+// nsRoleMeta names a Role or RoleBinding of ours in CredentialsNamespace.
+func nsRoleMeta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: CredentialsNamespace, Labels: map[string]string{"app.kubernetes.io/name": "baremetal-ccm"}}
+}
+
+// role is a Role of ours in CredentialsNamespace.
+func role(name string, rules []rbacv1.PolicyRule) *rbacv1.Role {
+	return &rbacv1.Role{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"}, ObjectMeta: nsRoleMeta(name), Rules: rules}
+}
+
+// roleBinding binds the Role name in CredentialsNamespace to the CCM's subjects.
+func roleBinding(name string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: nsRoleMeta(name),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   ccmSubjects,
 	}
 }
 

@@ -3,6 +3,7 @@ package manifests
 import (
 	"flag"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -154,6 +155,17 @@ func TestCredentialsRBAC(t *testing.T) {
 				}
 			}
 		case *rbacv1.Role:
+			if o.Name == GuardRole {
+				if o.Namespace != CredentialsNamespace || !slices.EqualFunc(o.Rules, GuardRules(), func(a, b rbacv1.PolicyRule) bool { return reflect.DeepEqual(a, b) }) {
+					t.Errorf("guard Role %s/%s rules = %+v", o.Namespace, o.Name, o.Rules)
+				}
+				for _, r := range o.Rules {
+					if !slices.Equal(r.Resources, []string{"configmaps"}) || (slices.Contains(r.Verbs, "get") && len(r.ResourceNames) != 1) {
+						t.Errorf("guard Role grants %+v; want configmaps only, get and update by name", r)
+					}
+				}
+				continue
+			}
 			if o.Namespace == CredentialsNamespace {
 				roles++
 				if len(o.Rules) != 1 || !slices.Equal(o.Rules[0].Verbs, []string{"get"}) || !slices.Equal(o.Rules[0].Resources, []string{"secrets"}) {

@@ -21,11 +21,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	cloudproviderapi "k8s.io/cloud-provider/api"
 	cloudnodeutil "k8s.io/cloud-provider/node/helpers"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/identity"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
 
@@ -59,6 +61,8 @@ type Power interface {
 // Inventory is what the monitor needs of the inventory store.
 type Inventory interface {
 	View() (*inventory.View, error)
+	// TakePowerBudget grants host a power-based action within the power-off budget.
+	TakePowerBudget(ctx context.Context, host, kind string) error
 }
 
 // Config sets how often Nodes' power is read.
@@ -140,6 +144,7 @@ func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
 	now := m.clock.Now()
 	type due struct {
 		node   *v1.Node
+		host   *inventory.Host
 		target bmc.Target
 		fresh  bool // readiness changed: a cached answer may predate it
 	}
@@ -180,7 +185,7 @@ func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
 			continue // still due when that read ends
 		}
 		m.last[n.Name] = lastRead{at: now, ready: ready}
-		work = append(work, due{n, t, ok && last.ready != ready})
+		work = append(work, due{n, h, t, ok && last.ready != ready})
 	}
 	for name := range m.last {
 		if !seen[name] {
@@ -201,7 +206,14 @@ func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
 			} else {
 				r, err = m.power.PowerState(ctx, w.target)
 			}
-			if uerr := m.update(ctx, w.node, r, err); uerr != nil {
+			if err == nil {
+				// A BMC that answers for another machine is no evidence about this one:
+				// treated like a failed read, so nothing is stamped off.
+				if ierr := identity.Check(w.node, w.host, r.SystemUUID); ierr != nil {
+					r, err = bmc.Reading{}, ierr
+				}
+			}
+			if uerr := m.update(ctx, w.node, w.host, r, err); uerr != nil {
 				klog.FromContext(ctx).Error(uerr, "Cannot update the Node's BMC conditions", "node", w.node.Name)
 			}
 		})
@@ -211,14 +223,18 @@ func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
 
 // update patches the Node's conditions and annotation when they change, and records
 // events for changes of reachability and power.
-func (m *Monitor) update(ctx context.Context, node *v1.Node, r bmc.Reading, perr error) error {
+func (m *Monitor) update(ctx context.Context, node *v1.Node, host *inventory.Host, r bmc.Reading, perr error) error {
 	now := metav1.NewTime(m.clock.Now())
 	reach := v1.NodeCondition{Type: ConditionBMCReachable, Status: v1.ConditionTrue, Reason: ReasonBMCReachable, Message: "the BMC answered"}
 	power := v1.NodeCondition{Type: ConditionPoweredOn, Status: v1.ConditionUnknown, Reason: "Unknown", Message: "power state not known"}
 	if perr != nil {
 		reach.Status, reach.Reason, reach.Message = v1.ConditionFalse, ReasonBMCUnreachable, perr.Error()
-		if errors.Is(perr, bmc.ErrUnknownState) {
+		switch {
+		case errors.Is(perr, bmc.ErrUnknownState):
 			reach.Status, reach.Reason = v1.ConditionTrue, ReasonBMCReachable
+		case errors.Is(perr, identity.ErrMismatch):
+			reach.Status, reach.Reason = v1.ConditionTrue, identity.ReasonMismatch
+			power.Message = "the BMC answers for another machine: " + perr.Error()
 		}
 	} else {
 		switch r.State {
@@ -255,6 +271,9 @@ func (m *Monitor) update(ctx context.Context, node *v1.Node, r bmc.Reading, perr
 	}
 
 	// Events on changes only.
+	if reach.Reason == identity.ReasonMismatch && (oldReach == nil || oldReach.Reason != reach.Reason) {
+		m.record(node, v1.EventTypeWarning, identity.ReasonMismatch, "No action is based on this BMC's power state: %v", perr)
+	}
 	if oldReach == nil || oldReach.Status != reach.Status {
 		if reach.Status == v1.ConditionFalse {
 			m.record(node, v1.EventTypeWarning, ReasonBMCUnreachable, "BMC unreachable: %s", reach.Message)
@@ -284,13 +303,14 @@ func (m *Monitor) update(ctx context.Context, node *v1.Node, r bmc.Reading, perr
 			return err
 		}
 	}
-	return m.outOfService(ctx, node, off, power.Status == v1.ConditionTrue, sinceStr)
+	return m.outOfService(ctx, node, host, off, power.Status == v1.ConditionTrue, sinceStr)
 }
 
-// outOfService applies the out-of-service policy: the taint goes on a NotReady Node
-// whose host has been off for OutOfServiceAfter, and comes off (only if we added it)
-// once the host is on and the Node Ready.
-func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, off, on bool, since string) error {
+// outOfService applies the out-of-service policy: the taint goes on a NotReady,
+// initialized Node whose host (not in maintenance) has been off for OutOfServiceAfter,
+// as read just now from a BMC that names the same machine, when the power-off budget
+// grants it; it comes off (only if we added it) once the host is on and the Node Ready.
+func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *inventory.Host, off, on bool, since string) error {
 	if m.cfg.OutOfServiceAfter <= 0 {
 		return nil
 	}
@@ -299,8 +319,14 @@ func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, off, on bool,
 	switch {
 	case off && !tainted && !isReady(node):
 		t, err := time.Parse(time.RFC3339, since)
-		if err != nil || m.clock.Since(t) < m.cfg.OutOfServiceAfter {
+		if err != nil || m.clock.Since(t) < m.cfg.OutOfServiceAfter || host.State == inventory.StateMaintenance || hasTaint(node, cloudproviderapi.TaintExternalCloudProvider) {
 			return nil
+		}
+		if err := m.inv.TakePowerBudget(ctx, host.Name, "outOfService"); err != nil {
+			if errors.Is(err, inventory.ErrNowWaiting) {
+				m.record(node, v1.EventTypeWarning, inventory.ReasonPowerBudget, "The host has been powered off since %s (more than %s), but %s is not added: %v", since, m.cfg.OutOfServiceAfter, v1.TaintNodeOutOfService, err)
+			}
+			return fmt.Errorf("out-of-service taint not added: %w", err)
 		}
 		if err := m.annotate(ctx, node.Name, AnnotationOutOfService, "true"); err != nil {
 			return err

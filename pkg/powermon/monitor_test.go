@@ -3,6 +3,7 @@ package powermon
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,16 +17,34 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/identity"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
 
-type fakeInv struct{ v *inventory.View }
+type fakeInv struct {
+	mu        sync.Mutex
+	v         *inventory.View
+	budgetErr error
+	budget    []string
+}
 
-func (f fakeInv) View() (*inventory.View, error) { return f.v, nil }
+func (f *fakeInv) View() (*inventory.View, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.v, nil
+}
+
+func (f *fakeInv) TakePowerBudget(_ context.Context, host, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.budget = append(f.budget, host)
+	return f.budgetErr
+}
 
 type fakePower struct {
 	mu    sync.Mutex
 	state bmc.PowerState
+	uuid  string // the system UUID the BMC reports
 	err   error
 	asked map[string]int
 	fresh map[string]int // asks that refused any cached answer
@@ -61,7 +80,7 @@ func (f *fakePower) PowerState(_ context.Context, t bmc.Target) (bmc.Reading, er
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return bmc.Reading{State: f.state}, f.err
+	return bmc.Reading{State: f.state, SystemUUID: f.uuid}, f.err
 }
 
 func (f *fakePower) askedOf(host string) int {
@@ -98,6 +117,7 @@ type fixture struct {
 	idx    cache.Indexer
 	power  *fakePower
 	clock  *clocktesting.FakeClock
+	inv    *fakeInv
 	events []string
 	ctx    context.Context
 }
@@ -107,6 +127,7 @@ func newFixture(t *testing.T, ready bool) *fixture {
 kind: Inventory
 hosts:
 - name: h1
+  systemUUID: 4c4c4544-0000-4000-8000-0000000000a1
   bmc: {protocol: redfish, address: "https://10.1.0.1", credentialsFile: /c}
 - name: nobmc
 `))
@@ -122,14 +143,14 @@ hosts:
 			Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: status}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Spec: v1.NodeSpec{ProviderID: "baremetal://nobmc"}},
 	}
-	f := &fixture{client: fake.NewClientset(nodes[0], nodes[1]), idx: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil),
+	f := &fixture{inv: &fakeInv{v: v}, client: fake.NewClientset(nodes[0], nodes[1]), idx: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil),
 		power: &fakePower{state: bmc.PowerOn, asked: map[string]int{}, fresh: map[string]int{}}, clock: clocktesting.NewFakeClock(time.Now())}
 	_, f.ctx = ktesting.NewTestContext(t)
 	for _, n := range nodes {
 		_ = f.idx.Add(n)
 	}
 	f.m = New(Config{ReadyInterval: 5 * time.Minute, NotReadyInterval: 10 * time.Second, Tick: time.Second},
-		fakeInv{v}, f.power, corelisters.NewNodeLister(f.idx), f.client,
+		f.inv, f.power, corelisters.NewNodeLister(f.idx), f.client,
 		func(n *v1.Node, typ, reason, format string, args ...any) {
 			f.events = append(f.events, reason+": "+fmt.Sprintf(format, args...))
 		}, f.clock)
@@ -283,5 +304,90 @@ func TestOutOfServiceTaintOfAPersonIsKept(t *testing.T) {
 	n = f.sync(t)
 	if !hasTaint(n, v1.TaintNodeOutOfService) {
 		t.Fatal("removed an out-of-service taint a person added")
+	}
+}
+
+// offLongEnough powers h1 off and runs passes until it has been off for more than a
+// minute (the out-of-service policy's time here).
+func (f *fixture) offLongEnough(t *testing.T) *v1.Node {
+	t.Helper()
+	f.m.cfg.OutOfServiceAfter = time.Minute
+	f.power.set(bmc.PowerOff, nil)
+	f.sync(t)
+	f.clock.Step(61 * time.Second)
+	f.sync(t)
+	return f.sync(t)
+}
+
+func (f *fixture) hasEvent(reason string) bool {
+	for _, e := range f.events {
+		if strings.HasPrefix(e, reason+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestOutOfServiceBudget is defect 4: beyond the power-off budget the taint waits,
+// with an event.
+func TestOutOfServiceBudget(t *testing.T) {
+	f := newFixture(t, false)
+	f.inv.budgetErr = fmt.Errorf("%w: %w: 5 of 5 hosts used", inventory.ErrNowWaiting, inventory.ErrPowerBudget)
+	n := f.offLongEnough(t)
+	if hasTaint(n, v1.TaintNodeOutOfService) || n.Annotations[AnnotationOutOfService] != "" {
+		t.Fatalf("tainted beyond the budget: %v %v", n.Spec.Taints, n.Annotations)
+	}
+	if !f.hasEvent(inventory.ReasonPowerBudget) {
+		t.Fatalf("events %v, want %s", f.events, inventory.ReasonPowerBudget)
+	}
+	// The acknowledgement releases it.
+	f.inv.budgetErr = nil
+	f.clock.Step(11 * time.Second)
+	f.sync(t)
+	f.clock.Step(11 * time.Second)
+	if n := f.sync(t); !hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatal("not tainted once the budget allows it")
+	}
+}
+
+// TestOutOfServiceMaintenanceExempt is defect 4: a host in maintenance is off by
+// design: never fenced, and no budget is spent on it.
+func TestOutOfServiceMaintenanceExempt(t *testing.T) {
+	f := newFixture(t, false)
+	v, err := inventory.Parse([]byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: h1\n  state: maintenance\n  bmc: {protocol: redfish, address: \"https://10.1.0.1\", credentialsFile: /c}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.inv.v = v
+	n := f.offLongEnough(t)
+	if hasTaint(n, v1.TaintNodeOutOfService) || len(f.inv.budget) != 0 {
+		t.Fatalf("maintenance host: taints %v, budget asked for %v", n.Spec.Taints, f.inv.budget)
+	}
+}
+
+// TestIdentityMismatch is defect 5: a BMC answering for another machine is no
+// evidence: nothing is stamped off, nothing fenced, and the Node says why.
+func TestIdentityMismatch(t *testing.T) {
+	f := newFixture(t, false)
+	f.power.uuid = "4c4c4544-0000-4000-8000-0000000000b2"
+	n := f.offLongEnough(t)
+	if _, ok := n.Annotations[AnnotationOffSince]; ok || hasTaint(n, v1.TaintNodeOutOfService) || len(f.inv.budget) != 0 {
+		t.Fatalf("acted on another machine's power: annotations %v taints %v", n.Annotations, n.Spec.Taints)
+	}
+	c := condition(n, ConditionBMCReachable)
+	if c == nil || c.Reason != identity.ReasonMismatch || !strings.Contains(c.Message, "0000000000b2") {
+		t.Fatalf("BMCReachable = %+v", c)
+	}
+	if p := condition(n, ConditionPoweredOn); p == nil || p.Status != v1.ConditionUnknown {
+		t.Fatalf("PoweredOn = %+v, want Unknown", p)
+	}
+	if !f.hasEvent(identity.ReasonMismatch) {
+		t.Fatalf("events %v", f.events)
+	}
+	// The same machine again (either byte order): acted on as usual.
+	f.power.uuid = "4C4C4544-0000-4000-8000-0000000000A1"
+	f.clock.Step(11 * time.Second)
+	if n := f.sync(t); n.Annotations[AnnotationOffSince] == "" {
+		t.Fatalf("not stamped off for the right machine: %v", n.Annotations)
 	}
 }

@@ -43,6 +43,10 @@ import (
 // Name is the provider's name, as given to --cloud-provider.
 const Name = "baremetal"
 
+// GuardStateNamespace holds the deletion guard's state ConfigMap
+// (inventory.StateConfigMapName); the packaged RBAC lets the CCM keep it there only.
+const GuardStateNamespace = "baremetal-ccm"
+
 // EventSource is the component name on every event the provider records.
 const EventSource = "baremetal-cloud-controller-manager"
 
@@ -105,8 +109,13 @@ func New(cfg *config.CloudConfig) (*Cloud, error) {
 		APIVersion: inventory.APIVersion, Kind: inventory.Kind,
 		Name: "inventory", Namespace: cfg.EventsNamespace,
 	}
+	pb := cfg.Instances.PowerOffBudget
+	parseOpts := inventory.ParseOptionsFor(cfg)
 	store := inventory.NewStore(src, inventory.Guard{
 		MaxHosts: int(*g.MaxRemovedHosts), MaxPercent: int(*g.MaxRemovedPercent), AckFile: g.AcknowledgeFile,
+		Window: g.Window.Duration, SettleTime: g.SettleTime.Duration,
+		PowerMaxHosts: int(*pb.MaxHosts), PowerWindow: pb.Window.Duration,
+		Parse: func(data []byte) (*inventory.View, error) { return inventory.ParseWith(data, parseOpts) },
 	}, refSink{rec: rec, ref: inventoryRef}, nil)
 	b := cfg.BMC
 	creds := bmc.NewSecrets(nil, time.Minute, nil) // its client comes with Initialize
@@ -186,6 +195,9 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource})
 	c.recorder.set(recorder)
 	c.creds.SetClient(client)
+	// The guard's state lives in the cluster, so a restart or a new leader forgets
+	// nothing; set before the first reload.
+	c.store.SetStateStore(&inventory.ConfigMapState{Client: client, Namespace: GuardStateNamespace})
 	go c.sessions.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("bmc")), c.cfg.BMC.CallTimeout.Duration)
 	c.Start(ctx)
 	if c.lb != nil && c.cfg.LoadBalancer.Announcer == config.AnnouncerMetalLB {

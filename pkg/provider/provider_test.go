@@ -80,7 +80,7 @@ func TestWiring(t *testing.T) {
 	if err := os.WriteFile(inv, []byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts: [{name: h1}, {name: h2}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Factory(strings.NewReader(fmt.Sprintf("apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\ninventory: {file: {path: %s}, deletionGuard: {acknowledgeFile: %s/ack}}\n", inv, dir)))
+	c, err := Factory(strings.NewReader(fmt.Sprintf("apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\ninventory: {file: {path: %s, pollInterval: 1s}, deletionGuard: {acknowledgeFile: %s/ack, settleTime: 0s}}\n", inv, dir)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,5 +122,10 @@ func TestWiring(t *testing.T) {
 			t.Fatalf("no DeletionGuardTripped event on the Inventory; events: %v", reasons)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// The trip is kept in the cluster, where a restarted or new leader finds it.
+	cm, err := client.CoreV1().ConfigMaps(GuardStateNamespace).Get(context.Background(), inventory.StateConfigMapName, metav1.GetOptions{})
+	if err != nil || !strings.Contains(cm.Data[inventory.StateKey], `"hosts":["h3","h4"]`) {
+		t.Fatalf("guard state ConfigMap: %v %v", cm, err)
 	}
 }

@@ -80,9 +80,10 @@ func BenchmarkShutdown200(b *testing.B) {
 kind: CloudConfig
 inventory:
   file: {path: %s}
+  credentialsDir: %s
   deletionGuard: {acknowledgeFile: %s}
 bmc: {callTimeout: 10s}
-`, invPath, filepath.Join(dir, "ack")))
+`, invPath, filepath.Dir(creds), filepath.Join(dir, "ack")))
 
 	b.Cleanup(func() {
 		// After a failure: leave no Node behind for the other tests.

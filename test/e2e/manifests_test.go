@@ -68,27 +68,37 @@ func TestPackagedRBACBounds(t *testing.T) {
 	type check struct {
 		group, resource, sub, verb, ns string
 		allowed                        bool
+		name                           string
 	}
 	for _, c := range []check{
-		{"", "nodes", "", "delete", "", true},
-		{"", "nodes", "", "patch", "", true},
-		{"", "nodes", "status", "patch", "", true},
-		{"", "events", "", "create", "default", true},
-		{"", "services", "status", "patch", "default", true},
-		{"coordination.k8s.io", "leases", "", "update", "kube-system", true},
-		{"discovery.k8s.io", "endpointslices", "", "watch", "default", true},
-		{"", "configmaps", "", "get", "kube-system", false},
-		{"", "secrets", "", "get", "kube-system", false},
-		{"", "pods", "", "list", "default", false},
-		{"", "nodes", "", "create", "", false},
-		{"", "services", "", "delete", "default", false},
-		{"", "persistentvolumes", "", "update", "", false},
-		{"discovery.k8s.io", "endpointslices", "", "update", "default", false},
-		{"rbac.authorization.k8s.io", "clusterroles", "", "create", "", false},
+		{"", "nodes", "", "delete", "", true, ""},
+		{"", "nodes", "", "patch", "", true, ""},
+		{"", "nodes", "status", "patch", "", true, ""},
+		{"", "events", "", "create", "default", true, ""},
+		{"", "services", "status", "patch", "default", true, ""},
+		{"coordination.k8s.io", "leases", "", "update", "kube-system", true, ""},
+		{"discovery.k8s.io", "endpointslices", "", "watch", "default", true, ""},
+		{"", "configmaps", "", "get", "kube-system", false, ""},
+		{"", "secrets", "", "get", "kube-system", false, ""},
+		{"", "pods", "", "list", "default", false, ""},
+		{"", "nodes", "", "create", "", false, ""},
+		{"", "services", "", "delete", "default", false, ""},
+		{"", "persistentvolumes", "", "update", "", false, ""},
+		{"discovery.k8s.io", "endpointslices", "", "update", "default", false, ""},
+		{"rbac.authorization.k8s.io", "clusterroles", "", "create", "", false, ""},
+		// The deletion guard's state: its own ConfigMap, by name, in the CCM's namespace.
+		{"", "configmaps", "", "get", "baremetal-ccm", true, "baremetal-ccm-deletion-guard"},
+		{"", "configmaps", "", "update", "baremetal-ccm", true, "baremetal-ccm-deletion-guard"},
+		{"", "configmaps", "", "create", "baremetal-ccm", true, ""},
+		{"", "configmaps", "", "get", "baremetal-ccm", false, "other"},
+		{"", "configmaps", "", "update", "baremetal-ccm", false, "other"},
+		{"", "configmaps", "", "list", "baremetal-ccm", false, ""},
+		{"", "configmaps", "", "delete", "baremetal-ccm", false, "baremetal-ccm-deletion-guard"},
+		{"", "configmaps", "", "create", "kube-system", false, ""},
 	} {
 		sar, err := cp.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{User: sa, ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Group: c.group, Resource: c.resource, Subresource: c.sub, Verb: c.verb, Namespace: c.ns,
+				Group: c.group, Resource: c.resource, Subresource: c.sub, Verb: c.verb, Namespace: c.ns, Name: c.name,
 			}},
 		}, metav1.CreateOptions{})
 		if err != nil {

@@ -4,12 +4,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"sigs.k8s.io/yaml"
 
@@ -109,8 +112,14 @@ func newLabConfig(t *testing.T, guard string, hosts ...host) *lab {
 	l.setInventory(inventoryDoc(hosts...))
 	l.config = filepath.Join(l.dir, "cloud-config.yaml")
 	l.writeConfig(guard, "")
+	if err := framework.ResetGuardState(ctx, l.cp.Client); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := framework.DeleteNodes(context.Background(), l.cp.Client, l.nodes...); err != nil {
+			t.Error(err)
+		}
+		if err := framework.ResetGuardState(context.Background(), l.cp.Client); err != nil {
 			t.Error(err)
 		}
 	})
@@ -118,16 +127,19 @@ func newLabConfig(t *testing.T, guard string, hosts ...host) *lab {
 }
 
 // writeConfig writes the lab's CloudConfig: the inventory file polled every second,
-// guard appended to the deletionGuard block (", maxRemovedHosts: 2"), and extra
-// top-level sections (for example "bmc: {cacheTTL: 1s}\n").
+// a shrinking document settling for 2 s, credentials files anywhere under the
+// temporary directory (where tests write them), guard appended to the deletionGuard
+// block (", maxRemovedHosts: 2"), and extra top-level sections (for example
+// "bmc: {cacheTTL: 1s}\n").
 func (l *lab) writeConfig(guard, extra string) {
 	l.t.Helper()
 	writeFile(l.t, l.config, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
 kind: CloudConfig
 inventory:
   file: {path: %s, pollInterval: 1s}
-  deletionGuard: {acknowledgeFile: %s%s}
-%s`, l.inventory, l.ack, guard, extra))
+  credentialsDir: %s
+  deletionGuard: {acknowledgeFile: %s, settleTime: 2s%s}
+%s`, l.inventory, os.TempDir(), l.ack, guard, extra))
 }
 
 func (l *lab) startCCM(cfg string) {
@@ -349,7 +361,7 @@ func TestNodeDeletion(t *testing.T) {
 		{name: "del-4", ip: "10.20.0.4"}, {name: "del-5", ip: "10.20.0.5"}, {name: "del-6", ip: "10.20.0.6"},
 		{name: "del-7", ip: "10.20.0.7"}, {name: "del-8", ip: "10.20.0.8"},
 	}
-	l := newLab(t, ", maxRemovedHosts: 2, maxRemovedPercent: 30", hosts...)
+	l := newLab(t, ", maxRemovedHosts: 3, maxRemovedPercent: 50", hosts...)
 	for _, h := range hosts[:5] {
 		l.createNode(framework.NodeSpec{Name: h.name, InternalIPs: []string{h.ip}, Ready: ready(v1.ConditionTrue)})
 	}
@@ -364,20 +376,23 @@ func TestNodeDeletion(t *testing.T) {
 	}
 	l.stillThere(3*time.Second, "del-1", "del-2", "del-3") // all still in the inventory
 
-	// Removed from the inventory: deleted.
+	// Removed from the inventory: deleted once the document settled (1 of 3 allowed
+	// within the window).
 	l.setInventory(inventoryDoc(hosts[1:]...))
+	l.waitEvent("kube-system", "Inventory", "inventory", inventory.ReasonSettling)
 	l.waitDeleted("del-1")
 	if msg := l.waitEvent("default", "Node", "del-1", "HostGone"); !strings.Contains(msg, "not in inventory") {
 		t.Errorf("HostGone message: %s", msg)
 	}
 
-	// Decommissioned: deleted. A Ready Node of a removed host (del-5) is not.
+	// Decommissioned: deleted. A Ready Node of a removed host (del-5) is not. That
+	// makes 3 removals in the window.
 	withDecom := append([]host{{name: "del-2", ip: "10.20.0.2", state: "decommissioned"}}, hosts[2:4]...)
 	withDecom = append(withDecom, hosts[5:]...) // del-5 removed, but Ready
 	l.setInventory(inventoryDoc(withDecom...))
 	l.waitDeleted("del-2")
 	l.stillThere(3*time.Second, "del-3", "del-4", "del-5")
-	lastGood := inventoryDoc(withDecom...)
+	l.waitMetric("baremetal_ccm_inventory_removals_in_window 3")
 
 	// Garbage: nothing is deleted, even del-3 (NotReady) which garbage "lacks", and
 	// the last good inventory still initializes new Nodes (del-6).
@@ -394,9 +409,8 @@ func TestNodeDeletion(t *testing.T) {
 	// Nodes (del-7) still initialized from the last good inventory.
 	l.setInventory(inventoryDoc())
 	msg := l.waitEvent("kube-system", "Inventory", "inventory", "DeletionGuardTripped")
-	emptyDigest := inventory.Digest([]byte(inventoryDoc()))
-	if !strings.Contains(msg, "echo "+emptyDigest+" > "+l.ack) {
-		t.Errorf("DeletionGuardTripped does not say how to acknowledge %s: %s", emptyDigest, msg)
+	if !strings.Contains(msg, "acknowledge inventory-") || !strings.Contains(msg, "baremetal-ccm.io/acknowledge=inventory-") {
+		t.Errorf("DeletionGuardTripped does not say how to acknowledge: %s", msg)
 	}
 	l.waitMetric("baremetal_ccm_inventory_deletion_guard_tripped 1")
 	l.waitMetric("baremetal_ccm_inventory_last_reload_failed 0")
@@ -404,20 +418,22 @@ func TestNodeDeletion(t *testing.T) {
 	l.waitInitialized("del-7")
 	l.stillThere(4*time.Second, "del-3", "del-4", "del-6", "del-7")
 
-	// Restoring the last good inventory minus del-3 is within the limits: del-3 goes.
+	// Restoring the hosts but del-3 narrows the trip to del-3 (a 4th removal within the
+	// window would not pass anyway); an acknowledgement of exactly it lets del-3 go.
 	var withoutDel3 []host
 	for _, h := range withDecom {
 		if h.name != "del-3" {
 			withoutDel3 = append(withoutDel3, h)
 		}
 	}
-	_ = lastGood
 	l.setInventory(inventoryDoc(withoutDel3...))
-	l.waitEvent("kube-system", "Inventory", "inventory", "DeletionGuardCleared")
+	l.waitMetric("baremetal_ccm_inventory_deletion_guard_held_hosts 1")
+	l.stillThere(3*time.Second, "del-3")
+	l.acknowledge(l.tripID([]string{"del-3"}))
 	l.waitDeleted("del-3")
 	l.waitMetric("baremetal_ccm_inventory_deletion_guard_tripped 0")
 
-	// Removing three hosts at once (above maxRemovedHosts 2) is held until acknowledged.
+	// Removing three hosts at once is held until acknowledged.
 	for _, n := range []string{"del-4", "del-6", "del-7"} {
 		if err := framework.SetNodeReady(l.ctx, l.cp.Client, n, v1.ConditionUnknown); err != nil {
 			t.Fatal(err)
@@ -427,35 +443,139 @@ func TestNodeDeletion(t *testing.T) {
 	l.setInventory(held)
 	l.waitMetric("baremetal_ccm_inventory_deletion_guard_held_hosts 3")
 	l.stillThere(3*time.Second, "del-4", "del-6", "del-7")
-	writeFile(t, l.ack, inventory.Digest([]byte(held))+"\n")
+	id := l.tripID([]string{"del-4", "del-6", "del-7"})
+	writeFile(t, l.ack, id+"\n")
 	for _, n := range []string{"del-4", "del-6", "del-7"} {
 		l.waitDeleted(n)
 	}
+	// The acknowledgement is used up: the ID is recorded, and a later trip needs its own.
+	state := l.guardState()
+	if !slices.Contains(state.UsedAcks, id) {
+		t.Errorf("used acknowledgements %v lack %s", state.UsedAcks, id)
+	}
 }
 
-// TestDeletionGuardAfterRestart: an inventory that lost most hosts while the CCM was
-// down is held at start-up, because the guard compares it with the hosts the Nodes
-// reference.
+// readGuardState reads the deletion guard's state from its ConfigMap.
+func (l *lab) readGuardState(ctx context.Context) (*inventory.GuardState, error) {
+	cm, err := l.cp.Client.CoreV1().ConfigMaps(framework.GuardStateNamespace).Get(ctx, framework.GuardStateName, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	st := &inventory.GuardState{}
+	return st, json.Unmarshal([]byte(cm.Data[inventory.StateKey]), st)
+}
+
+// guardState is readGuardState failing the test on an error.
+func (l *lab) guardState() *inventory.GuardState {
+	l.t.Helper()
+	st, err := l.readGuardState(l.ctx)
+	if err != nil {
+		l.t.Fatalf("guard state: %v", err)
+	}
+	return st
+}
+
+// tripID waits until the guard's state holds an inventory trip of exactly hosts and
+// returns its ID.
+func (l *lab) tripID(hosts []string) string {
+	l.t.Helper()
+	var id string
+	err := framework.WaitFor(l.ctx, 60*time.Second, fmt.Sprintf("a trip of %v", hosts), func(ctx context.Context) (bool, error) {
+		st, err := l.readGuardState(ctx)
+		if err != nil {
+			return false, err
+		}
+		if st.Trip == nil || !slices.Equal(st.Trip.Hosts, hosts) {
+			return false, fmt.Errorf("trip %+v", st.Trip)
+		}
+		id = st.Trip.ID
+		return true, nil
+	})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return id
+}
+
+// acknowledge acknowledges a trip the way the event says, through the state
+// ConfigMap's annotation, as kubectl annotate would.
+func (l *lab) acknowledge(id string) {
+	l.t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, inventory.AnnotationAcknowledge, id)
+	if _, err := l.cp.Client.CoreV1().ConfigMaps(framework.GuardStateNamespace).Patch(l.ctx, framework.GuardStateName,
+		types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// TestDeletionGuardAfterRestart is the issue's scenario (a): the CCM restarts with an
+// inventory that lost 45 of 50 hosts; the Nodes go NotReady and a comment is edited
+// into the document (which used to clear the trip): nothing is deleted and
+// DeletionGuardTripped stays until the trip is acknowledged, then exactly those 45 go.
 func TestDeletionGuardAfterRestart(t *testing.T) {
-	hosts := []host{{name: "rs-1", ip: "10.30.0.1"}, {name: "rs-2", ip: "10.30.0.2"}, {name: "rs-3", ip: "10.30.0.3"}, {name: "rs-4", ip: "10.30.0.4"}}
+	var hosts []host
+	for i := range 50 {
+		hosts = append(hosts, host{name: fmt.Sprintf("rs-%02d", i), ip: fmt.Sprintf("10.30.0.%d", i+1)})
+	}
 	l := newLab(t, "", hosts...)
 	for _, h := range hosts {
 		l.createNode(framework.NodeSpec{Name: h.name, InternalIPs: []string{h.ip}, Ready: ready(v1.ConditionTrue)})
+	}
+	for _, h := range hosts {
 		l.waitInitialized(h.name)
 	}
 	l.ccm.Stop()
 	if err := l.ccm.ExitErr(); err != nil {
 		t.Errorf("the CCM did not exit cleanly on SIGTERM: %v", err)
 	}
+	kept := hosts[45:]
+	lost := inventoryDoc(kept...) // 45 of 50 gone while the CCM was down
+	l.setInventory(lost)
+	l.startCCM(l.config)
+	l.waitMetric("baremetal_ccm_inventory_deletion_guard_tripped 1")
+	var gone []string
+	for _, h := range hosts[:45] {
+		gone = append(gone, h.name)
+	}
+	slices.Sort(gone)
+	id := l.tripID(gone)
+
+	// Nodes go NotReady, the document gets a comment, the CCM restarts once more.
 	for _, h := range hosts {
 		if err := framework.SetNodeReady(l.ctx, l.cp.Client, h.name, v1.ConditionUnknown); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l.setInventory(inventoryDoc(hosts[0])) // 3 of 4 gone while the CCM was down
+	l.setInventory(lost + "# checked by the night shift\n")
+	l.stillThere(5*time.Second, gone...)
+	l.ccm.Stop()
 	l.startCCM(l.config)
 	l.waitMetric("baremetal_ccm_inventory_deletion_guard_tripped 1")
-	l.stillThere(5*time.Second, "rs-1", "rs-2", "rs-3", "rs-4")
+	l.stillThere(8*time.Second, gone...)
+	if got := l.tripID(gone); got != id {
+		t.Fatalf("trip ID changed from %s to %s", id, got)
+	}
+	l.waitMetric("baremetal_ccm_inventory_deletion_guard_held_hosts 45")
+	evs, err := framework.Events(l.ctx, l.cp.Client, "kube-system", "Inventory", "inventory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs { // the Inventory's events are shared with earlier tests: this trip's only
+		if e.Reason == inventory.ReasonGuardCleared && strings.Contains(e.Message, id) {
+			t.Fatalf("the guard was cleared without an acknowledgement: %s", e.Message)
+		}
+	}
+
+	// Acknowledged: exactly the 45 go; the 5 kept stay.
+	l.acknowledge(id)
+	for _, n := range gone {
+		l.waitDeleted(n)
+	}
+	var keptNames []string
+	for _, h := range kept {
+		keptNames = append(keptNames, h.name)
+	}
+	l.stillThere(3*time.Second, keptNames...)
 }
 
 // TestHTTPInventory: the inventory polled from an HTTPS API (CA-verified, bearer token,

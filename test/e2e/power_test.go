@@ -13,9 +13,12 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/manifests"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/ipmi"
@@ -29,6 +32,22 @@ import (
 // credentials file hold a password its BMC refuses.
 func redfishHosts(t *testing.T, name, subnet string, n int, wrongPassword func(int) bool) ([]*redfish.BMC, string) {
 	t.Helper()
+	return redfishFleet(t, name, subnet, n, func(i int, h *fleetHost) {
+		h.wrongPassword = wrongPassword != nil && wrongPassword(i)
+	})
+}
+
+// fleetHost is how one host of redfishFleet differs from the others.
+type fleetHost struct {
+	wrongPassword bool
+	// bmcUUID is the ComputerSystem.UUID its emulated BMC reports (random when empty);
+	// hostUUID is the systemUUID of its inventory entry (none when empty).
+	bmcUUID, hostUUID string
+}
+
+// redfishFleet is redfishHosts with each host shaped by shape.
+func redfishFleet(t *testing.T, name, subnet string, n int, shape func(i int, h *fleetHost)) ([]*redfish.BMC, string) {
+	t.Helper()
 	dir := t.TempDir()
 	ca, err := redfish.NewCA()
 	if err != nil {
@@ -39,14 +58,18 @@ func redfishHosts(t *testing.T, name, subnet string, n int, wrongPassword func(i
 	var bmcs []*redfish.BMC
 	var hosts string
 	for i := range n {
+		var fh fleetHost
+		if shape != nil {
+			shape(i, &fh)
+		}
 		pass := fmt.Sprintf("%s-%d-secret", name, i)
-		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: pass})
+		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: pass, SystemUUID: fh.bmcUUID})
 		if err := b.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(b.Close)
 		bmcs = append(bmcs, b)
-		if wrongPassword != nil && wrongPassword(i) {
+		if fh.wrongPassword {
 			pass = fmt.Sprintf("%s-%d-wrong", name, i)
 		}
 		creds := filepath.Join(dir, fmt.Sprintf("creds-%d", i))
@@ -56,6 +79,9 @@ func redfishHosts(t *testing.T, name, subnet string, n int, wrongPassword func(i
 		}
 		hosts += fmt.Sprintf("- name: %s-%d\n  addresses: [{type: InternalIP, address: %s.%d}]\n  bmc: {protocol: redfish, address: \"https://127.0.0.1\", port: %s, credentialsFile: %s, caFile: %s}\n",
 			name, i, subnet, i+1, b.Port(), creds, caFile)
+		if fh.hostUUID != "" {
+			hosts += "  systemUUID: " + fh.hostUUID + "\n"
+		}
 	}
 	return bmcs, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n" + hosts
 }
@@ -288,30 +314,75 @@ func (l *lab) waitCondition(name string, ct v1.NodeConditionType, want v1.Condit
 	}
 }
 
-// TestPowerOffPolicies: with outOfServiceAfter and deleteAfter set (short here), a
-// NotReady Node whose host stays off first gets the out-of-service taint, then is
-// deleted; a host that comes back on before deleteAfter keeps its Node.
-func TestPowerOffPolicies(t *testing.T) {
-	bmcs, inv := redfishHosts(t, "pol", "10.90.0", 2, nil)
+// powerPolicies are the shortest power-off policies validation allows.
+const powerPolicies = "bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}\ninstances: {outOfServiceAfter: 1m, deleteAfter: 5m%s}\n"
+
+// backdateOffSince waits until the monitor has stamped the Node's host off, then moves
+// that stamp back by ago, as if the host had been seen off that long: the e2e stands
+// for minutes of observed off time without waiting for them. The CCM never rewrites a
+// present stamp while the host stays off, so from then on the policies see that age.
+func (l *lab) backdateOffSince(name string, ago time.Duration) {
+	l.t.Helper()
+	err := framework.WaitFor(l.ctx, 60*time.Second, name+" stamped off", func(ctx context.Context) (bool, error) {
+		n, err := l.node(name)
+		return err == nil && n.Annotations[powermon.AnnotationOffSince] != "", err
+	})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, powermon.AnnotationOffSince, time.Now().Add(-ago).UTC().Format(time.RFC3339))
+	if _, err := l.cp.Client.CoreV1().Nodes().Patch(l.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// powerLab starts a CCM over inv with the shortest power-off policies (budget, if not
+// empty, set inside instances), registers the Nodes name-0.. at subnet.1.. for the n
+// hosts, and once they are initialized powers every host off through its BMC and
+// marks its Node NotReady. It returns the Node names.
+func powerLab(t *testing.T, bmcs []*redfish.BMC, inv, name, subnet, budget string) (*lab, []string) {
+	t.Helper()
 	l := newLabNoCCM(t)
 	l.setInventory(inv)
-	l.writeConfig(", maxRemovedPercent: 100", "bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}\ninstances: {outOfServiceAfter: 3s, deleteAfter: 10s}\n")
+	l.writeConfig(", maxRemovedPercent: 100", fmt.Sprintf(powerPolicies, budget))
 	l.startCCM(l.config)
-	for i := range 2 {
-		name := fmt.Sprintf("pol-%d", i)
-		l.createNode(framework.NodeSpec{Name: name, InternalIPs: []string{fmt.Sprintf("10.90.0.%d", i+1)}, Ready: ready(v1.ConditionTrue)})
-		l.waitInitialized(name)
+	var names []string
+	for i := range bmcs {
+		names = append(names, fmt.Sprintf("%s-%d", name, i))
+		l.createNode(framework.NodeSpec{Name: names[i], InternalIPs: []string{fmt.Sprintf("%s.%d", subnet, i+1)}, Ready: ready(v1.ConditionTrue)})
+	}
+	for i, n := range names {
+		l.waitInitialized(n)
 		bmcs[i].SetPowerState(redfish.PowerOff)
-		if err := framework.SetNodeReady(l.ctx, l.cp.Client, name, v1.ConditionUnknown); err != nil {
+		if err := framework.SetNodeReady(l.ctx, l.cp.Client, n, v1.ConditionUnknown); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return l, names
+}
+
+// TestPowerOffPolicies: a NotReady Node whose host has stayed off past
+// outOfServiceAfter gets the out-of-service taint, past deleteAfter it is deleted; a
+// host that comes back on keeps its Node; a host in maintenance, off for days by
+// design, is neither fenced nor deleted.
+func TestPowerOffPolicies(t *testing.T) {
+	bmcs, inv := redfishHosts(t, "pol", "10.90.0", 3, nil)
+	inv = strings.Replace(inv, "- name: pol-2\n", "- name: pol-2\n  state: maintenance\n", 1)
+	l, _ := powerLab(t, bmcs, inv, "pol", "10.90.0", "")
+	// Off for 2 minutes: out of service, not deleted.
+	for i := range 3 {
+		l.backdateOffSince(fmt.Sprintf("pol-%d", i), 2*time.Minute)
 	}
 	for i := range 2 {
 		l.waitTaint(fmt.Sprintf("pol-%d", i), v1.TaintNodeOutOfService, true)
 	}
 	l.waitEvent("default", "Node", "pol-0", powermon.ReasonOutOfService)
-	// pol-1 comes back before deleteAfter: it is kept, and stays until it is Ready.
+	l.stillThere(3*time.Second, "pol-0", "pol-1", "pol-2")
+	// pol-1 comes back; pol-0 and pol-2 have been off for 10 minutes: pol-0 goes.
 	bmcs[1].SetPowerState(redfish.PowerOn)
+	l.waitCondition("pol-1", powermon.ConditionPoweredOn, v1.ConditionTrue)
+	l.backdateOffSince("pol-0", 10*time.Minute)
+	l.backdateOffSince("pol-2", 10*time.Minute)
 	l.waitDeleted("pol-0")
 	if msg := l.waitEvent("default", "Node", "pol-0", "HostGone"); !strings.Contains(msg, "instances.deleteAfter") {
 		t.Errorf("HostGone message: %s", msg)
@@ -319,10 +390,145 @@ func TestPowerOffPolicies(t *testing.T) {
 	if _, err := l.node("pol-1"); err != nil {
 		t.Fatalf("pol-1, powered on again, was deleted: %v", err)
 	}
+	l.stillThere(4*time.Second, "pol-2")
+	if n, _ := l.node("pol-2"); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatal("pol-2 is in maintenance but got the out-of-service taint")
+	}
 	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "pol-1", v1.ConditionTrue); err != nil {
 		t.Fatal(err)
 	}
 	l.waitTaint("pol-1", v1.TaintNodeOutOfService, false)
+}
+
+// TestPowerOffBudget is the issue's scenario (b): 40 hosts powered off at once (a PDU
+// event) through their emulated BMCs, past both outOfServiceAfter and deleteAfter, with
+// a budget of 5: at most 5 hosts are fenced or deleted, the other 35 wait with an
+// event and a metric, and an acknowledgement of the waiting hosts releases them.
+func TestPowerOffBudget(t *testing.T) {
+	const n, budget = 40, 5
+	bmcs, inv := redfishHosts(t, "pdu", "10.91.0", n, nil)
+	l, names := powerLab(t, bmcs, inv, "pdu", "10.91.0", fmt.Sprintf(", powerOffBudget: {maxHosts: %d}", budget))
+	for _, name := range names {
+		l.backdateOffSince(name, 10*time.Minute)
+	}
+
+	// acted counts the hosts fenced (out-of-service) or deleted.
+	acted := func() (int, []string) {
+		var waiting []string
+		count := 0
+		for _, name := range names {
+			node, err := l.node(name)
+			switch {
+			case apierrors.IsNotFound(err):
+				count++
+			case err != nil:
+				t.Fatal(err)
+			case framework.HasTaint(node, v1.TaintNodeOutOfService):
+				count++
+			default:
+				waiting = append(waiting, name)
+			}
+		}
+		return count, waiting
+	}
+	l.waitMetric(fmt.Sprintf("baremetal_ccm_power_budget_waiting_hosts %d", n-budget))
+	deadline := time.Now().Add(8 * time.Second) // several lifecycle and monitor passes
+	for time.Now().Before(deadline) {
+		if c, _ := acted(); c > budget {
+			t.Fatalf("%d hosts fenced or deleted, budget %d", c, budget)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	c, waiting := acted()
+	if c != budget || len(waiting) != n-budget {
+		t.Fatalf("%d hosts acted on, %d waiting; want %d and %d", c, len(waiting), budget, n-budget)
+	}
+	if msg := l.waitEvent("default", "Node", waiting[0], inventory.ReasonPowerBudget); !strings.Contains(msg, "power-off budget used up") || !strings.Contains(msg, "acknowledge power-") {
+		t.Errorf("%s event on %s: %q", inventory.ReasonPowerBudget, waiting[0], msg)
+	}
+	st := l.guardState()
+	if st.PowerTrip == nil || len(st.PowerTrip.Hosts) != n-budget {
+		t.Fatalf("power trip %+v", st.PowerTrip)
+	}
+	// The latest event on the Inventory names the trip's current ID (the ID changes
+	// as hosts join, so an acknowledgement accepts exactly the hosts it was shown).
+	if err := framework.WaitFor(l.ctx, 30*time.Second, "an event naming "+st.PowerTrip.ID, func(ctx context.Context) (bool, error) {
+		evs, err := framework.Events(ctx, l.cp.Client, "kube-system", "Inventory", "inventory")
+		for _, e := range evs {
+			if e.Reason == inventory.ReasonPowerBudget && strings.Contains(e.Message, st.PowerTrip.ID) && strings.Contains(e.Message, fmt.Sprintf("of %d hosts wait", n-budget)) {
+				return true, nil
+			}
+		}
+		return false, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The operator acknowledges exactly the waiting hosts: they are fenced and deleted.
+	l.acknowledge(st.PowerTrip.ID)
+	for _, name := range waiting {
+		l.waitDeleted(name)
+	}
+	l.waitMetric("baremetal_ccm_power_budget_waiting_hosts 0")
+}
+
+// TestIdentityMismatch is the issue's scenario (c): a BMC that reports another system
+// UUID than the inventory host's (swapped BMC addresses) never leads to a taint or a
+// deletion, and the Node's event names both UUIDs; the same machine in the other SMBIOS
+// byte order is not a contradiction.
+func TestIdentityMismatch(t *testing.T) {
+	const (
+		hostUUID  = "4c4c4544-0037-4a10-8052-b5c04f4e4d01"
+		otherUUID = "4c4c4544-0037-4a10-8052-b5c04f4e4d99"
+		swapped   = "44454c4c-3700-104a-8052-b5c04f4e4d01" // hostUUID, first three fields byte-swapped
+	)
+	bmcs, inv := redfishFleet(t, "idm", "10.92.0", 2, func(i int, h *fleetHost) {
+		h.hostUUID = hostUUID
+		if i == 1 {
+			h.hostUUID = strings.Replace(hostUUID, "4d01", "4d02", 1)
+		}
+		h.bmcUUID = map[int]string{0: otherUUID, 1: strings.Replace(swapped, "4d01", "4d02", 1)}[i]
+	})
+	l, _ := powerLab(t, bmcs, inv, "idm", "10.92.0", "")
+	// idm-1's BMC names the same machine (swapped byte order): tainted as usual.
+	l.waitTaint("idm-1", cloudproviderapi.TaintNodeShutdown, true)
+
+	// idm-0's BMC answers for another machine.
+	msg := l.waitEvent("default", "Node", "idm-0", "IdentityMismatch")
+	if !strings.Contains(msg, hostUUID) || !strings.Contains(msg, otherUUID) {
+		t.Errorf("IdentityMismatch event does not name both UUIDs: %s", msg)
+	}
+	// Even with an off stamp from earlier, as if it had been off for an hour.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, powermon.AnnotationOffSince, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
+	if _, err := l.cp.Client.CoreV1().Nodes().Patch(l.ctx, "idm-0", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		node, err := l.node("idm-0")
+		if err != nil {
+			t.Fatalf("idm-0: %v — a Node whose BMC answers for another machine must not be deleted", err)
+		}
+		for _, key := range []string{cloudproviderapi.TaintNodeShutdown, v1.TaintNodeOutOfService} {
+			if framework.HasTaint(node, key) {
+				t.Fatalf("idm-0 got %s from another machine's power state", key)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	node, _ := l.node("idm-0")
+	if c := condition(node, powermon.ConditionBMCReachable); c == nil || c.Reason != "IdentityMismatch" {
+		t.Errorf("BMCReachable = %+v, want reason IdentityMismatch", c)
+	}
+}
+
+func condition(n *v1.Node, t v1.NodeConditionType) *v1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // TestShutdownTaintIPMI: the same through IPMI: a real ipmi_sim BMC read by bmclib's

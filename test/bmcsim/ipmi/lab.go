@@ -303,6 +303,13 @@ func (b *BMC) Password() string { return b.lab.opts.Password }
 // Name is "bmc<i>", also the name of the BMC's directory in the lab.
 func (b *BMC) Name() string { return b.name }
 
+// SystemGUID is the GUID the BMC answers Get System GUID with (random per Lab), in
+// the byte order it sends, formatted as a UUID (lower case).
+func (b *BMC) SystemGUID() string {
+	g := b.guid
+	return g[0:8] + "-" + g[8:12] + "-" + g[12:16] + "-" + g[16:20] + "-" + g[20:32]
+}
+
 // Dir is the BMC's directory (lan.conf, state/, chassis/, sim.log).
 func (b *BMC) Dir() string { return b.dir }
 

@@ -101,6 +101,23 @@ func DeleteNodes(ctx context.Context, client kubernetes.Interface, names ...stri
 	return errors.Join(errs...)
 }
 
+// ResetGuardState deletes the deletion guard's state ConfigMap, so a test's CCM does
+// not inherit the trips, removals and power-off grants of an earlier test's.
+func ResetGuardState(ctx context.Context, client kubernetes.Interface) error {
+	err := client.CoreV1().ConfigMaps(GuardStateNamespace).Delete(ctx, GuardStateName, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the guard state: %w", err)
+	}
+	return nil
+}
+
+// The deletion guard's state ConfigMap (pkg/provider.GuardStateNamespace,
+// pkg/inventory.StateConfigMapName), named here so the framework needs neither package.
+const (
+	GuardStateNamespace = "baremetal-ccm"
+	GuardStateName      = "baremetal-ccm-deletion-guard"
+)
+
 // Events returns the events in namespace about the object of the given kind and name,
 // oldest first. Events about cluster-scoped objects such as Nodes are in "default".
 func Events(ctx context.Context, client kubernetes.Interface, namespace, involvedKind, involvedName string) ([]v1.Event, error) {

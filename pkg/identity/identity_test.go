@@ -1,0 +1,54 @@
+package identity
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+func TestCheck(t *testing.T) {
+	const (
+		a       = "4c4c4544-0037-4a10-8052-b5c04f4e4d01"
+		aSMBIOS = "44454c4c-3700-104a-8052-b5c04f4e4d01"
+		b       = "4c4c4544-0037-4a10-8052-b5c04f4e4d02"
+	)
+	node := func(uuid string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{SystemUUID: uuid}}}
+	}
+	for _, c := range []struct {
+		name                string
+		nodeUUID, host, bmc string
+		wantNamed           []string // nil: no error
+	}{
+		{"all agree", a, a, a, nil},
+		{"byte orders differ, same machine", a, a, aSMBIOS, nil},
+		{"nothing known", "", "", "", nil},
+		{"only the BMC", "", "", a, nil},
+		{"node contradicts host", b, a, "", []string{a, b, "n1", "h1"}},
+		{"BMC contradicts host", a, a, b, []string{a, b, "bmc.address"}},
+		{"BMC contradicts node, host has none", a, "", b, []string{a, b, "n1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := Check(node(c.nodeUUID), &inventory.Host{Name: "h1", SystemUUID: c.host}, c.bmc)
+			if c.wantNamed == nil {
+				if err != nil {
+					t.Fatalf("Check = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrMismatch) {
+				t.Fatalf("Check = %v, want ErrMismatch", err)
+			}
+			for _, s := range c.wantNamed {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not name %s", err, s)
+				}
+			}
+		})
+	}
+}

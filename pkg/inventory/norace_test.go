@@ -1,0 +1,6 @@
+//go:build !race
+
+package inventory
+
+// propertySeeds is how many random sequences TestGuardProperty runs.
+const propertySeeds = 150

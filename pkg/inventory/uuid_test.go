@@ -1,0 +1,29 @@
+package inventory
+
+import "testing"
+
+func TestSameSystemUUID(t *testing.T) {
+	const u = "4c4c4544-0037-4a10-8052-b5c04f4e4d01"
+	for _, c := range []struct {
+		a, b             string
+		same, comparable bool
+	}{
+		{u, u, true, true},
+		{u, "4C4C4544-0037-4A10-8052-B5C04F4E4D01", true, true},
+		{u, "44454c4c-3700-104a-8052-b5c04f4e4d01", true, true}, // SMBIOS order
+		{u, "014d4e4f-c0b5-5280-104a-37004445 4c4c", false, false},
+		{u, "014d4e4f-c0b5-5280-104a-37004445" + "4c4c", true, true}, // IPMI order: all bytes reversed
+		{u, "4c4c4544-0037-4a10-8052-b5c04f4e4d02", false, true},
+		{u, "", false, false},
+		{"", "", false, false},
+		{u, "not-a-uuid", false, false},
+	} {
+		same, comparable := SameSystemUUID(c.a, c.b)
+		if same != c.same || comparable != c.comparable {
+			t.Errorf("SameSystemUUID(%q, %q) = %v, %v; want %v, %v", c.a, c.b, same, comparable, c.same, c.comparable)
+		}
+		if same2, comparable2 := SameSystemUUID(c.b, c.a); same2 != same || comparable2 != comparable {
+			t.Errorf("not symmetric for %q, %q", c.a, c.b)
+		}
+	}
+}
