@@ -535,38 +535,76 @@ func condition(n *v1.Node, t v1.NodeConditionType) *v1.NodeCondition {
 // ipmitool driver (the real ipmitool binary) from the CCM process.
 func TestShutdownTaintIPMI(t *testing.T) {
 	dir := t.TempDir()
-	lab, err := ipmi.Start(context.Background(), filepath.Join(dir, "ipmi"), 1, ipmi.Options{Username: "admin", Password: "ipmi-e2e-pw"})
+	lab, err := ipmi.Start(context.Background(), filepath.Join(dir, "ipmi"), 2, ipmi.Options{Username: "admin", Password: "ipmi-e2e-pw"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(lab.Stop)
-	b := lab.BMCs()[0]
+	bmcs := lab.BMCs()
 	creds := filepath.Join(dir, "creds")
 	writeFile(t, creds, "username: admin\npassword: ipmi-e2e-pw\n")
 	if err := os.Chmod(creds, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// ipmi-0's inventory systemUUID is its BMC's system GUID written in the IPMI
+	// specification's byte order (all 16 bytes reversed): the same machine. ipmi-1's
+	// inventory names another machine than its BMC answers for.
+	const otherUUID = "4c4c4544-0037-4a10-8052-b5c04f4e4d99"
+	uuids := []string{reverseUUID(t, bmcs[0].SystemGUID()), otherUUID}
+	inv := "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n"
+	for i, b := range bmcs {
+		inv += fmt.Sprintf("- name: ipmi-%d\n  systemUUID: %s\n  addresses: [{type: InternalIP, address: 10.85.0.%d}]\n  bmc: {protocol: ipmi, address: %s, port: %d, credentialsFile: %s}\n",
+			i, uuids[i], i+1, b.Host(), b.Port(), creds)
+	}
 	l := newLabNoCCM(t)
-	l.setInventory(fmt.Sprintf("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: ipmi-0\n  addresses: [{type: InternalIP, address: 10.85.0.1}]\n  bmc: {protocol: ipmi, address: %s, port: %d, credentialsFile: %s}\n", b.Host(), b.Port(), creds))
+	l.setInventory(inv)
 	l.writeConfig("", "bmc: {callTimeout: 10s, cacheTTL: 1s, notReadyInterval: 1s}\n")
 	l.startCCM(l.config)
-	l.createNode(framework.NodeSpec{Name: "ipmi-0", InternalIPs: []string{"10.85.0.1"}, Ready: ready(v1.ConditionTrue)})
-	l.waitInitialized("ipmi-0")
-	l.waitCondition("ipmi-0", powermon.ConditionPoweredOn, v1.ConditionTrue)
-
-	if err := b.SetPower(false); err != nil { // the host loses power
-		t.Fatal(err)
-	}
-	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "ipmi-0", v1.ConditionUnknown); err != nil {
-		t.Fatal(err)
+	for i, b := range bmcs {
+		name := fmt.Sprintf("ipmi-%d", i)
+		l.createNode(framework.NodeSpec{Name: name, InternalIPs: []string{fmt.Sprintf("10.85.0.%d", i+1)}, Ready: ready(v1.ConditionTrue)})
+		l.waitInitialized(name)
+		l.waitCondition(name, powermon.ConditionPoweredOn, v1.ConditionTrue)
+		if err := b.SetPower(false); err != nil { // the host loses power
+			t.Fatal(err)
+		}
+		if err := framework.SetNodeReady(l.ctx, l.cp.Client, name, v1.ConditionUnknown); err != nil {
+			t.Fatal(err)
+		}
 	}
 	l.waitTaint("ipmi-0", cloudproviderapi.TaintNodeShutdown, true)
 	l.waitCondition("ipmi-0", powermon.ConditionPoweredOn, v1.ConditionFalse)
-	if err := b.SetPower(true); err != nil {
+
+	// ipmi-1: the BMC's system GUID contradicts the inventory: no taint, an event
+	// naming both.
+	msg := l.waitEvent("default", "Node", "ipmi-1", "IdentityMismatch")
+	if !strings.Contains(msg, otherUUID) || !strings.Contains(msg, bmcs[1].SystemGUID()) {
+		t.Errorf("IdentityMismatch event does not name both UUIDs (%s, %s): %s", otherUUID, bmcs[1].SystemGUID(), msg)
+	}
+	l.stillThere(3*time.Second, "ipmi-1")
+	if n, _ := l.node("ipmi-1"); framework.HasTaint(n, cloudproviderapi.TaintNodeShutdown) {
+		t.Fatal("ipmi-1 got the shutdown taint from a BMC that answers for another machine")
+	}
+
+	if err := bmcs[0].SetPower(true); err != nil {
 		t.Fatal(err)
 	}
 	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "ipmi-0", v1.ConditionTrue); err != nil {
 		t.Fatal(err)
 	}
 	l.waitTaint("ipmi-0", cloudproviderapi.TaintNodeShutdown, false)
+}
+
+// reverseUUID writes a UUID's 16 bytes in reverse order.
+func reverseUUID(t *testing.T, u string) string {
+	t.Helper()
+	h := strings.ReplaceAll(u, "-", "")
+	if len(h) != 32 {
+		t.Fatalf("not a UUID: %q", u)
+	}
+	var r string
+	for i := 30; i >= 0; i -= 2 {
+		r += h[i : i+2]
+	}
+	return r[0:8] + "-" + r[8:12] + "-" + r[12:16] + "-" + r[16:20] + "-" + r[20:32]
 }
