@@ -224,9 +224,18 @@ func classifyOrNil(err error) error {
 func classify(err error) error {
 	var rf *common.Error
 	if errors.As(err, &rf) && rf.HTTPReturnedStatusCode != 0 {
-		switch rf.HTTPReturnedStatusCode {
-		case http.StatusUnauthorized, http.StatusForbidden:
+		if refused(rf.HTTPReturnedStatusCode) {
 			return fmt.Errorf("%w: %w", ErrAuth, err)
+		}
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	var ce *common.CollectionError
+	if errors.As(err, &ce) {
+		// gofish collects the errors of a collection's members without wrapping them.
+		for _, m := range ce.Failures {
+			if errors.As(m, &rf) && refused(rf.HTTPReturnedStatusCode) {
+				return fmt.Errorf("%w: %w", ErrAuth, err)
+			}
 		}
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
@@ -238,6 +247,12 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrAuth, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnreachable, err)
+}
+
+// refused reports whether an HTTP status means the BMC refused the credentials or the
+// session.
+func refused(status int) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden
 }
 
 // ipmiAuthRE matches what ipmitool prints when the BMC refuses the user or password.

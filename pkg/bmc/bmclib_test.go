@@ -186,6 +186,8 @@ func TestClassify(t *testing.T) {
 		{"redfish 401", fmt.Errorf("provider: gofish: %w", common.ConstructError(401, []byte(`{"error":{"code":"Base.1.0.NoValidSession"}}`))), ErrAuth},
 		{"redfish 403", common.ConstructError(403, nil), ErrAuth},
 		{"redfish 500", common.ConstructError(500, []byte("oops 401")), ErrUnreachable},
+		{"redfish 401 on a collection member", fmt.Errorf("provider: gofish: %w", &common.CollectionError{Failures: map[string]error{"/redfish/v1/Systems": common.ConstructError(401, nil)}}), ErrAuth},
+		{"redfish 404 on a collection member", &common.CollectionError{Failures: map[string]error{"/redfish/v1/Systems/1": common.ConstructError(404, []byte("401"))}}, ErrUnreachable},
 		{"context deadline", context.DeadlineExceeded, ErrUnreachable},
 		{"ipmitool wrong password", errors.New("Error: Unable to establish IPMI v2 / RMCP+ session\nRAKP 2 HMAC is invalid"), ErrAuth},
 		{"ipmitool wrong user", errors.New("RAKP 2 message indicates an error : unauthorized name"), ErrAuth},

@@ -24,9 +24,9 @@ type IdentityReader interface {
 	ReadPower(ctx context.Context, t Target) (raw, systemUUID string, err error)
 }
 
-// identityTTL is how long a BMC's system UUID is reused: a BMC's machine does not
-// change under one address and credentials, and a changed inventory entry (another
-// address, port or credentials) is read anew.
+// identityTTL is how long a BMC's system UUID (or its answer that it reports none) is
+// reused, keyed by address, port, TLS settings and credentials: a BMC's machine does
+// not change under them, and a changed inventory entry or credential is read anew.
 const identityTTL = 10 * time.Minute
 
 // ReadPower implements IdentityReader. The power state is read as by PowerState (on
@@ -46,11 +46,11 @@ func (s *Sessions) ReadPower(ctx context.Context, t Target) (string, string, err
 	if err != nil || Normalize(raw) != PowerOff {
 		return raw, "", err
 	}
-	uuid, err := s.ids.get(ctx, t, func(ctx context.Context) (string, error) {
-		creds, err := credentialsOf(ctx, s.creds, t)
-		if err != nil {
-			return "", err
-		}
+	creds, err := credentialsOf(ctx, s.creds, t)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: the BMC reports the host off, but its system's identity could not be read: %w", ErrUnknownState, err)
+	}
+	uuid, err := s.ids.get(ctx, fingerprint(t, creds), func(ctx context.Context) (string, error) {
 		switch t.Protocol {
 		case inventory.ProtocolRedfish:
 			return redfishSystemUUID(ctx, t, creds)
@@ -76,8 +76,7 @@ type identity struct {
 	at   time.Time
 }
 
-func (c *identities) get(ctx context.Context, t Target, read func(context.Context) (string, error)) (string, error) {
-	fp := fingerprint(t, Credentials{})
+func (c *identities) get(ctx context.Context, fp [32]byte, read func(context.Context) (string, error)) (string, error) {
 	c.mu.Lock()
 	if id, ok := c.byFP[fp]; ok && time.Since(id.at) < identityTTL {
 		c.mu.Unlock()
@@ -122,8 +121,13 @@ func redfishSystemUUID(ctx context.Context, t Target, creds Credentials) (string
 		err  error
 	}
 	done := make(chan result, 1)
+	// gofish uses one context for every request, the logout included: give it a few
+	// seconds beyond the caller's deadline, so a read that ends late still logs out
+	// (the caller returns at its deadline regardless).
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), logoutGrace+remaining(ctx, 30*time.Second))
 	go func() {
-		c, err := gofish.ConnectContext(ctx, gofish.ClientConfig{
+		defer cancel()
+		c, err := gofish.ConnectContext(gctx, gofish.ClientConfig{
 			Endpoint: scheme + "://" + net.JoinHostPort(host, port), Username: creds.Username, Password: creds.Password, HTTPClient: client,
 		})
 		if err != nil {
@@ -149,6 +153,17 @@ func redfishSystemUUID(ctx context.Context, t Target, creds Credentials) (string
 	case <-ctx.Done():
 		return "", fmt.Errorf("%w: reading the system's identity: %w", ErrUnreachable, ctx.Err())
 	}
+}
+
+// logoutGrace is how long a Redfish logout may run past the caller's deadline.
+const logoutGrace = 5 * time.Second
+
+// remaining is the time left until ctx's deadline, or def without one.
+func remaining(ctx context.Context, def time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), 0)
+	}
+	return def
 }
 
 // canonicalUUID lower-cases a UUID; anything that is not a UUID is "" (no evidence).

@@ -50,6 +50,10 @@ var (
 	ErrHostRenamed = errors.New("host renamed in the inventory")
 	// ErrUninitialized: the Node was never initialized, so it is never reported gone.
 	ErrUninitialized = errors.New("node not initialized")
+	// ErrNoProviderID: the Node's host is decommissioned but the Node has no
+	// providerID naming it (it matched by systemUUID, name or address), so it is not
+	// reported gone.
+	ErrNoProviderID = errors.New("no providerID names the host")
 )
 
 // Inventory is what Instances needs of the inventory store.
@@ -129,8 +133,9 @@ func New(inv Inventory, power Power, events EventRecorder, policy Policy) *Insta
 // host is gone, and only when:
 //   - the Node is initialized (a Node still carrying the uninitialized taint was never
 //     matched to a host, so nothing proves its host is gone);
-//   - its baremetal:// providerID names a host the inventory lacks, or its host is
-//     decommissioned, and the deletion guard accepted that removal
+//   - its baremetal:// providerID names a host the inventory lacks or decommissions
+//     (a Node matched only by systemUUID, name or address is not enough), and the
+//     deletion guard accepted that removal
 //     (inventory.Store.GoneAllowed); a host that another inventory host now matches by
 //     systemUUID or InternalIP is a rename, not a removal (an error and a HostRenamed
 //     event);
@@ -146,7 +151,7 @@ func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, er
 	if err != nil {
 		return false, err
 	}
-	host, _, err := view.Match(node)
+	host, by, err := view.Match(node)
 	var why, hostID string
 	switch {
 	case err == nil && !host.Gone():
@@ -160,16 +165,30 @@ func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, er
 		logger.Info("Reporting instance gone", "event", "instanceGone", "reason", offWhy, "inventory", view.Digest())
 		i.eventf(node, v1.EventTypeNormal, ReasonHostGone, "Instance reported gone: %s. The node-lifecycle controller deletes NotReady Nodes whose instance is gone.", offWhy)
 		return false, nil
+	case err == nil && by != "providerID":
+		// Matched by systemUUID, name or address only: a reused name or IP could
+		// point at another machine's record; only a providerID says which host this
+		// Node was initialized from.
+		return false, fmt.Errorf("node %s: host %q (matched by %s) is decommissioned in inventory %s, but the Node has no providerID naming it, so it is not reported gone: %w",
+			node.Name, host.Name, by, view.Digest(), ErrNoProviderID)
 	case err == nil:
 		why = fmt.Sprintf("host %q is decommissioned in inventory %s", host.Name, view.Digest())
 		hostID = host.Name
 	case errors.Is(err, inventory.ErrHostGone):
 		hostID, _ = inventory.HostIDFromProviderID(node.Spec.ProviderID)
 		why = fmt.Sprintf("its host is not in inventory %s (%v)", view.Digest(), err)
-		if other, by, ok := renamed(view, node); ok {
+		other, by, rerr := renamed(view, node)
+		switch {
+		case other != nil:
 			i.eventf(node, v1.EventTypeWarning, ReasonHostRenamed, "Host %q is not in inventory %s, but host %q matches this Node by %s: a rename is not a removal, so the Node is not reported gone. A Node's providerID cannot change: rename the host back, or delete the Node so it registers again as %q.",
 				hostID, view.Digest(), other.Name, by, other.Name)
 			return false, fmt.Errorf("node %s: %w: host %q is not in inventory %s but host %q matches the Node by %s", node.Name, ErrHostRenamed, hostID, view.Digest(), other.Name, by)
+		case rerr != nil:
+			// Other hosts match the Node in contradicting ways: it may have been
+			// renamed, so it is not proven gone.
+			i.eventf(node, v1.EventTypeWarning, ReasonHostRenamed, "Host %q is not in inventory %s, and other hosts match this Node in contradicting ways (%v): it may have been renamed, so the Node is not reported gone. Fix the inventory so that at most one host matches it, or delete the Node.",
+				hostID, view.Digest(), rerr)
+			return false, fmt.Errorf("node %s: %w: host %q is not in inventory %s and other hosts may be it: %w", node.Name, ErrHostRenamed, hostID, view.Digest(), rerr)
 		}
 	case errors.Is(err, inventory.ErrUUIDMismatch):
 		i.eventf(node, v1.EventTypeWarning, identity.ReasonMismatch, "Not reporting the instance's existence or power: %v", err)
@@ -190,15 +209,22 @@ func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, er
 }
 
 // renamed returns the host that matches node by systemUUID, name or InternalIP when
-// its providerID names a host the inventory lacks.
-func renamed(view *inventory.View, node *v1.Node) (*inventory.Host, string, bool) {
+// its providerID names a host the inventory lacks. err is set when hosts match it in
+// contradicting ways (ambiguous, or a systemUUID that contradicts the host matched by
+// name or address): then a rename cannot be ruled out either.
+func renamed(view *inventory.View, node *v1.Node) (*inventory.Host, string, error) {
 	n := node.DeepCopy()
 	n.Spec.ProviderID = ""
 	h, by, err := view.Match(n)
-	if err != nil || h.Gone() {
-		return nil, "", false
+	switch {
+	case errors.Is(err, inventory.ErrNoMatch):
+		return nil, "", nil
+	case err != nil:
+		return nil, "", err
+	case h.Gone():
+		return nil, "", nil
 	}
-	return h, by, true
+	return h, by, nil
 }
 
 func uninitialized(node *v1.Node) bool {
@@ -237,6 +263,9 @@ func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *invento
 		return false, "", err
 	}
 	if err := i.inv.TakePowerBudget(ctx, host.Name, "deleteAfter"); err != nil {
+		if errors.Is(err, inventory.ErrMaintenance) {
+			return false, "", nil // exempt, as in the inventory that is settling
+		}
 		if errors.Is(err, inventory.ErrNowWaiting) {
 			i.eventf(node, v1.EventTypeWarning, inventory.ReasonPowerBudget, "Host %q has been off since %s, longer than instances.deleteAfter (%s), but the Node is not reported gone: %v",
 				host.Name, since.Format(time.RFC3339), i.policy.DeleteAfter, err)

@@ -195,7 +195,7 @@ func TestInstanceExists(t *testing.T) {
 		{"matched by name", mkNode("node-a", ""), nil, nil, true, nil},
 		{"absent host is gone", mkNode("x", "baremetal://vanished"), nil, nil, false, nil},
 		{"decommissioned host is gone", mkNode("x", "baremetal://node-c"), nil, nil, false, nil},
-		{"decommissioned, matched by name, is gone", mkNode("node-c", ""), nil, nil, false, nil},
+		{"decommissioned, matched by name only, is not proven gone", mkNode("node-c", ""), nil, nil, false, ErrNoProviderID},
 		{"never-matched node is an error, not gone", mkNode("stranger", ""), nil, nil, false, inventory.ErrNoMatch},
 		{"foreign providerID is an error", mkNode("x", "aws:///i-1"), nil, nil, false, inventory.ErrForeignProviderID},
 		{"inventory not loaded is an error", mkNode("x", "baremetal://vanished"), inventory.ErrNotLoaded, nil, false, inventory.ErrNotLoaded},
@@ -206,7 +206,7 @@ func TestInstanceExists(t *testing.T) {
 		// Defect 6: a kubelet --provider-id typo registers a NotReady Node that was never
 		// initialized: never gone.
 		{"uninitialized node with an unknown providerID", uninitializedNode("typo", "baremetal://nod-a"), nil, nil, false, ErrUninitialized},
-		{"uninitialized node of a decommissioned host", uninitializedNode("node-c", ""), nil, nil, false, ErrUninitialized},
+		{"uninitialized node of a decommissioned host", uninitializedNode("node-c", "baremetal://node-c"), nil, nil, false, ErrUninitialized},
 		// Defect 6: the host renamed in the inventory (same systemUUID, same IP).
 		{"renamed host: same systemUUID", withUUID(mkNode("x", "baremetal://old-a"), "4c4c4544-0042-3510-8052-b4c04f4e4d32"), nil, nil, false, ErrHostRenamed},
 		{"renamed host: same InternalIP", withIP(mkNode("x", "baremetal://old-a"), "10.0.0.11"), nil, nil, false, ErrHostRenamed},

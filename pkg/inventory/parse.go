@@ -135,7 +135,17 @@ func validate(doc *Document, opts ParseOptions) field.ErrorList {
 				errs = append(errs, field.Invalid(p, h.SystemUUID, "must be a UUID like 4c4c4544-0042-3510-8052-b4c04f4e4d32 (as in /sys/class/dmi/id/product_uuid)"))
 			}
 			h.SystemUUID = strings.ToLower(h.SystemUUID)
-			claim(uuids, h.SystemUUID, p, "systemUUID")
+			if IsPlaceholderUUID(h.SystemUUID) {
+				errs = append(errs, field.Invalid(p, h.SystemUUID, "is a placeholder that firmware reports for machines without a UUID of their own, so it identifies no machine: leave systemUUID empty for this host"))
+			}
+			// The same machine in another byte order is the same UUID (see SameSystemUUID).
+			for _, form := range UUIDForms(h.SystemUUID) {
+				if prev, ok := uuids[form]; ok && prev != p {
+					errs = append(errs, field.Duplicate(p, fmt.Sprintf("systemUUID %q is already used at %s (in another byte order)", h.SystemUUID, prev)))
+					break
+				}
+				uuids[form] = p
+			}
 		}
 		for j := range h.Addresses {
 			a := &h.Addresses[j]

@@ -96,6 +96,10 @@ hosts:
   bmc: {protocol: snmp, address: "https://admin:hunter2@10.1.0.1", port: 70000}
 - name: ipmi-tls
   bmc: {protocol: ipmi, address: "https://10.1.0.2", credentialsFile: creds, insecureSkipVerify: true}
+- name: swapped
+  systemUUID: 44454c4c-4200-1035-8052-b4c04f4e4d32
+- name: placeholder
+  systemUUID: 03000200-0400-0500-0006-000700080009
 `
 	_, err := Parse([]byte(doc))
 	if !errors.Is(err, ErrInvalid) {
@@ -122,6 +126,8 @@ hosts:
 		`hosts[4].bmc.address: Invalid value: "https://10.1.0.2": an IPMI BMC address is a host name or IP`,
 		`hosts[4].bmc.credentialsFile: Invalid value: "creds": must be an absolute path`,
 		`hosts[4].bmc.insecureSkipVerify`,
+		`hosts[5].systemUUID: Duplicate value: "systemUUID \"44454c4c-4200-1035-8052-b4c04f4e4d32\" is already used at hosts[0].systemUUID (in another byte order)"`,
+		`hosts[6].systemUUID: Invalid value: "03000200-0400-0500-0006-000700080009": is a placeholder`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not contain %q", want)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -34,6 +35,9 @@ var (
 	// ErrPowerBudget: the power-off budget over its window is used up; the action waits
 	// for an acknowledgement.
 	ErrPowerBudget = errors.New("power-off budget used up")
+	// ErrMaintenance: the host is in maintenance in the accepted or the latest
+	// inventory, so no power-based action applies to it.
+	ErrMaintenance = errors.New("host in maintenance")
 	// ErrNowWaiting is wrapped, beside ErrPowerBudget, by the first refusal of a host:
 	// callers record their event then, not on every retry.
 	ErrNowWaiting = errors.New("now waiting for an acknowledgement")
@@ -283,6 +287,12 @@ func (s *Store) Reload(ctx context.Context) error {
 	switch {
 	case fetched:
 		s.docErr = err
+		if err != nil {
+			// The source changed: whatever it serves next has to settle anew, even
+			// the document it served before (a shrunk document, then a half-written
+			// one, then the shrunk one again was not "unchanged" all along).
+			s.latestSeen, s.latestPolls = now, 0
+		}
 		if err == nil {
 			if s.latest == nil || s.latest.Digest() != cand.Digest() {
 				s.latest, s.latestSeen, s.latestPolls = cand, now, 0
@@ -349,29 +359,40 @@ func (s *Store) decide(ctx context.Context, now time.Time) {
 		return
 	}
 	gs := loaded.clone()
+	// Events about changes of the state are recorded once it is saved: a change that
+	// could not be saved did not happen.
+	var pending []func()
 	acks := append(s.readAck(ctx), storeAcks...)
-	s.applyAcks(ctx, gs, acks, now)
+	s.applyAcks(ctx, gs, acks, now, &pending)
 	s.prune(gs, nodeHosts, now)
 
 	latest := s.latest
 	gone, known := s.compare(gs, s.accepted, latest, nodeHosts)
+	reduced := reducesProtection(s.accepted, latest)
 	install := false
 	switch {
-	case len(gone) == 0:
-		install = true
-		s.settleDone()
-		if gs.Trip != nil {
-			s.cleared(ctx, gs.Trip, "an inventory that holds its hosts again was loaded")
-			gs.Trip = nil
-		}
-	case now.Sub(s.latestSeen) < s.guard.SettleTime || s.latestPolls < 2:
+	case (len(gone) > 0 || reduced != "") && (now.Sub(s.latestSeen) < s.guard.SettleTime || s.latestPolls < 2):
+		// A document that would report hosts gone, or take protection away (a host
+		// out of maintenance, another systemUUID or BMC), may have been read
+		// mid-write: it is used once it has been seen unchanged for a while.
 		if s.settling != latest.Digest() {
 			s.settling = latest.Digest()
 			settlingGauge.Set(1)
-			logger.Info("Inventory would report hosts gone: waiting for it to settle", "event", "inventorySettling",
-				"digest", latest.Digest(), "gone", len(gone), "settleTime", s.guard.SettleTime)
-			s.eventf(v1.EventTypeNormal, ReasonSettling, "Inventory %s from %s would report %d hosts gone (%s); it is used once it has been unchanged for %s and two reloads.",
-				latest.Digest(), s.src, len(gone), summarize(gone, 10), s.guard.SettleTime)
+			what := fmt.Sprintf("would report %d hosts gone (%s)", len(gone), summarize(gone, 10))
+			if len(gone) == 0 {
+				what = "changes " + reduced
+			}
+			logger.Info("Inventory changed what protects hosts: waiting for it to settle", "event", "inventorySettling",
+				"digest", latest.Digest(), "gone", len(gone), "change", reduced, "settleTime", s.guard.SettleTime)
+			s.eventf(v1.EventTypeNormal, ReasonSettling, "Inventory %s from %s %s; it is used once it has been unchanged for %s and two reloads.",
+				latest.Digest(), s.src, what, s.guard.SettleTime)
+		}
+	case len(gone) == 0:
+		install = true
+		s.settleDone()
+		if t := gs.Trip; t != nil {
+			pending = append(pending, func() { s.cleared(ctx, t, "an inventory that holds its hosts again was loaded") })
+			gs.Trip = nil
 		}
 	default:
 		s.settleDone()
@@ -389,8 +410,8 @@ func (s *Store) decide(ctx context.Context, now time.Time) {
 				gs.Gone[h] = r
 				gs.Removals = append(gs.Removals, r)
 			}
-			if gs.Trip != nil {
-				s.cleared(ctx, gs.Trip, "an inventory within the limits was loaded")
+			if t := gs.Trip; t != nil {
+				pending = append(pending, func() { s.cleared(ctx, t, "an inventory within the limits was loaded") })
 				gs.Trip = nil
 			}
 			break
@@ -405,6 +426,14 @@ func (s *Store) decide(ctx context.Context, now time.Time) {
 		gs.Trip.Digest, gs.Trip.Known = latest.Digest(), known
 	}
 
+	if gs.Trip != nil {
+		// Publish the trip before saving it: what is published may be stricter than
+		// what is saved, never laxer (GoneAllowed reads the published status
+		// without waiting for the save).
+		st := *s.status.Load()
+		st.trip = gs.Trip
+		s.status.Store(&st)
+	}
 	if !equalState(loaded, gs) {
 		sctx, cancel := context.WithTimeout(ctx, stateTimeout)
 		defer cancel()
@@ -415,6 +444,9 @@ func (s *Store) decide(ctx context.Context, now time.Time) {
 	}
 	prevTrip := s.gs.tripOrNil()
 	s.gs, s.stateErr = gs, nil
+	for _, f := range pending {
+		f()
+	}
 	if gs.Trip != nil && (prevTrip == nil || prevTrip.ID != gs.Trip.ID) {
 		s.tripped(ctx, gs.Trip)
 	}
@@ -441,6 +473,41 @@ func (s *Store) decide(ctx context.Context, now time.Time) {
 	powerWaitingGauge.Set(float64(len(gs.PowerTrip.hostsOrNil())))
 }
 
+// reducesProtection says what latest changes, compared with the accepted inventory,
+// that takes protection away from a host: it leaves maintenance, or its systemUUID,
+// BMC or addresses change (what the identity checks and the matching rely on), or it
+// is absent or decommissioned. "" when nothing does. Before any inventory was accepted
+// (after a start) everything is new: "the inventory in use since the start".
+func reducesProtection(accepted, latest *View) string {
+	if accepted == nil {
+		return "the inventory in use since the start"
+	}
+	if accepted.Digest() == latest.Digest() {
+		return ""
+	}
+	var changed []string
+	accepted.Hosts(func(a *Host) {
+		l, ok := latest.Host(a.Name)
+		switch {
+		case !ok || (l.Gone() && !a.Gone()):
+			changed = append(changed, a.Name+" (removed)")
+		case a.State == StateMaintenance && l.State != StateMaintenance:
+			changed = append(changed, a.Name+" (out of maintenance)")
+		case a.SystemUUID != l.SystemUUID:
+			changed = append(changed, a.Name+" (systemUUID)")
+		case !reflect.DeepEqual(a.BMC, l.BMC):
+			changed = append(changed, a.Name+" (bmc)")
+		case !reflect.DeepEqual(a.Addresses, l.Addresses):
+			changed = append(changed, a.Name+" (addresses)")
+		}
+	})
+	if len(changed) == 0 {
+		return ""
+	}
+	slices.Sort(changed)
+	return fmt.Sprintf("%d hosts: %s", len(changed), summarize(changed, 5))
+}
+
 func (g *GuardState) tripOrNil() *Trip {
 	if g == nil {
 		return nil
@@ -449,7 +516,8 @@ func (g *GuardState) tripOrNil() *Trip {
 }
 
 // compare returns the hosts latest would newly report gone: those the cluster knows
-// (active or in maintenance in base, or referenced by a Node) that latest lacks or
+// (active or in maintenance in base, referenced by a Node, or listed by the standing
+// trip) that latest lacks or
 // decommissions, less those already accepted as gone; and how many hosts are known.
 func (s *Store) compare(gs *GuardState, base, latest *View, nodeHosts []string) (gone []string, known int) {
 	ref := map[string]struct{}{}
@@ -462,6 +530,14 @@ func (s *Store) compare(gs *GuardState, base, latest *View, nodeHosts []string) 
 	}
 	for _, id := range nodeHosts {
 		ref[id] = struct{}{}
+	}
+	if gs.Trip != nil {
+		// The hosts a standing trip lists were known when it was raised; they stay
+		// known (after a restart the accepted inventory is not remembered), so the
+		// trip keeps its ID and its acknowledgement keeps applying.
+		for _, id := range gs.Trip.Hosts {
+			ref[id] = struct{}{}
+		}
 	}
 	for id := range ref {
 		if _, ok := gs.Gone[id]; ok {
@@ -508,7 +584,8 @@ func (s *Store) prune(gs *GuardState, nodeHosts []string, now time.Time) {
 // applyAcks applies an acknowledgement of the current inventory or power trip: its
 // hosts are accepted (as gone, or granted their power-based action), the trip clears,
 // and the ID is used up.
-func (s *Store) applyAcks(ctx context.Context, gs *GuardState, acks []string, now time.Time) {
+// Its log lines and events are appended to pending, for when the state is saved.
+func (s *Store) applyAcks(ctx context.Context, gs *GuardState, acks []string, now time.Time, pending *[]func()) {
 	logger := klog.FromContext(ctx)
 	for _, id := range acks {
 		if gs.used(id) {
@@ -516,21 +593,27 @@ func (s *Store) applyAcks(ctx context.Context, gs *GuardState, acks []string, no
 		}
 		switch {
 		case gs.Trip != nil && gs.Trip.ID == id:
-			for _, h := range gs.Trip.Hosts {
+			t := gs.Trip
+			for _, h := range t.Hosts {
 				gs.Gone[h] = Removal{Host: h, At: now, By: "acknowledgement " + id}
 			}
 			gs.use(id)
-			logger.Info("Held inventory change acknowledged", "event", "deletionGuardAcknowledged", "id", id, "hosts", len(gs.Trip.Hosts))
-			s.cleared(ctx, gs.Trip, fmt.Sprintf("acknowledgement %s accepted the removal of %d hosts (%s)", id, len(gs.Trip.Hosts), summarize(gs.Trip.Hosts, 10)))
+			*pending = append(*pending, func() {
+				logger.Info("Held inventory change acknowledged", "event", "deletionGuardAcknowledged", "id", id, "hosts", len(t.Hosts))
+				s.cleared(ctx, t, fmt.Sprintf("acknowledgement %s accepted the removal of %d hosts (%s)", id, len(t.Hosts), summarize(t.Hosts, 10)))
+			})
 			gs.Trip = nil
 		case gs.PowerTrip != nil && gs.PowerTrip.ID == id:
-			for _, h := range gs.PowerTrip.Hosts {
+			t := gs.PowerTrip
+			for _, h := range t.Hosts {
 				gs.Power[h] = Removal{Host: h, At: now, By: "acknowledgement " + id}
 			}
 			gs.use(id)
-			logger.Info("Power-off budget acknowledged", "event", "powerBudgetAcknowledged", "id", id, "hosts", len(gs.PowerTrip.Hosts))
-			s.eventf(v1.EventTypeNormal, ReasonPowerBudgetAcked, "Acknowledgement %s released the power-based actions (deleteAfter, out-of-service) of %d hosts: %s.",
-				id, len(gs.PowerTrip.Hosts), summarize(gs.PowerTrip.Hosts, 10))
+			*pending = append(*pending, func() {
+				logger.Info("Power-off budget acknowledged", "event", "powerBudgetAcknowledged", "id", id, "hosts", len(t.Hosts))
+				s.eventf(v1.EventTypeNormal, ReasonPowerBudgetAcked, "Acknowledgement %s released the power-based actions (deleteAfter, out-of-service) of %d hosts: %s.",
+					id, len(t.Hosts), summarize(t.Hosts, 10))
+			})
 			gs.PowerTrip = nil
 		}
 	}
@@ -541,8 +624,11 @@ func (s *Store) applyAcks(ctx context.Context, gs *GuardState, acks []string, no
 // window, or when one is left in the budget (the grant is saved before it returns);
 // otherwise the host joins the hosts waiting for an acknowledgement and the error
 // wraps ErrPowerBudget and says how to acknowledge. It first requires Ready (a held
-// inventory change or a failing reload stops power-based actions too); errors reading
-// or saving the state wrap ErrDeletionGuard: no action without a saved grant.
+// inventory change or a failing reload stops power-based actions too), checked again
+// under the Store's lock and against the state it loads (a trip saved by another
+// writer counts), and an inventory that settled since the start; errors reading or
+// saving the state wrap ErrDeletionGuard: no action without a saved grant. A host in
+// maintenance in the accepted or the latest inventory is refused with ErrMaintenance.
 func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
 	if err := s.Ready(); err != nil {
 		return err
@@ -550,6 +636,28 @@ func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
+	// Again under the lock: a reload may have decided meanwhile.
+	switch {
+	case s.loadErr != nil:
+		return fmt.Errorf("%w: %w; no power-based action until %s loads again", ErrReloadFailing, s.loadErr, s.src)
+	case s.stateErr != nil || s.gs == nil:
+		return fmt.Errorf("%w: its state is not known yet; no power-based action until it is", ErrDeletionGuard)
+	case s.gs.Trip != nil:
+		return fmt.Errorf("%w tripped: no power-based action while an inventory change is held (%s)", ErrDeletionGuard, s.gs.Trip.ID)
+	case s.accepted == nil:
+		return fmt.Errorf("%w: no inventory has settled since the start (deletionGuard.settleTime); no power-based action until one has", ErrDeletionGuard)
+	}
+	// Maintenance exempts a host when either the accepted or the latest document says
+	// so: a document that puts a host into maintenance protects it at once, even while
+	// it settles.
+	for _, v := range []*View{s.accepted, s.latest} {
+		if v == nil {
+			continue
+		}
+		if h, ok := v.Host(host); ok && h.State == StateMaintenance {
+			return fmt.Errorf("%w: host %q is in maintenance in inventory %s", ErrMaintenance, host, v.Digest())
+		}
+	}
 	if s.gs != nil {
 		// Grants are only ever added within their window: a saved one holds. A host
 		// already waiting keeps waiting until an acknowledgement, which only a reload
@@ -569,6 +677,10 @@ func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
 		return fmt.Errorf("%w: cannot read its state from %s: %w", ErrDeletionGuard, store, err)
 	}
 	gs := loaded.clone()
+	if gs.Trip != nil {
+		// Saved by another writer (this replica's view of the state is behind).
+		return fmt.Errorf("%w tripped: no power-based action while an inventory change is held (%s)", ErrDeletionGuard, gs.Trip.ID)
+	}
 	pcut := now.Add(-s.guard.PowerWindow)
 	if r, ok := gs.Power[host]; ok && r.At.After(pcut) {
 		return nil

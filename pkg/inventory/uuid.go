@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"encoding/hex"
+	"slices"
 	"strings"
 )
 
@@ -11,10 +12,13 @@ import (
 // as is (RFC 4122), with the first three fields byte-swapped (SMBIOS stores them
 // little-endian, and tools differ in whether they swap them), or with all 16 bytes
 // reversed (the IPMI specification's GUID order, in which Get System GUID answers).
+//
+// A placeholder (all zeros, all ones, or the 03000200-0400-0500-0006-000700080009 that
+// many boards' firmware reports unset) identifies no machine: not comparable either.
 func SameSystemUUID(a, b string) (same, comparable bool) {
 	x, okA := uuidBytes(a)
 	y, okB := uuidBytes(b)
-	if !okA || !okB {
+	if !okA || !okB || isPlaceholder(x) || isPlaceholder(y) {
 		return false, false
 	}
 	if x == y {
@@ -51,4 +55,50 @@ func swapSMBIOS(u [16]byte) [16]byte {
 	u[4], u[5] = u[5], u[4]
 	u[6], u[7] = u[7], u[6]
 	return u
+}
+
+// UUIDForms returns the canonical (lower-case) text of u in each byte order
+// SameSystemUUID accepts, without duplicates; nil when u is not a UUID or is a
+// placeholder. Indexing a host under every form finds it whatever order a Node or BMC
+// reports.
+func UUIDForms(u string) []string {
+	b, ok := uuidBytes(u)
+	if !ok || isPlaceholder(b) {
+		return nil
+	}
+	var out []string
+	for _, f := range [][16]byte{b, swapSMBIOS(b), reverse(b)} {
+		if s := formatUUID(f); !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// IsPlaceholderUUID reports whether u is a UUID that firmware reports when none is set.
+func IsPlaceholderUUID(u string) bool {
+	b, ok := uuidBytes(u)
+	return ok && isPlaceholder(b)
+}
+
+var placeholders = func() map[[16]byte]bool {
+	m := map[[16]byte]bool{}
+	for _, s := range []string{
+		"00000000-0000-0000-0000-000000000000",
+		"ffffffff-ffff-ffff-ffff-ffffffffffff",
+		"03000200-0400-0500-0006-000700080009", // "To Be Filled By O.E.M." boards
+	} {
+		b, _ := uuidBytes(s)
+		for _, f := range [][16]byte{b, swapSMBIOS(b), reverse(b)} {
+			m[f] = true
+		}
+	}
+	return m
+}()
+
+func isPlaceholder(b [16]byte) bool { return placeholders[b] }
+
+func formatUUID(b [16]byte) string {
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }

@@ -17,6 +17,10 @@ func TestSameSystemUUID(t *testing.T) {
 		{u, "", false, false},
 		{"", "", false, false},
 		{u, "not-a-uuid", false, false},
+		// Placeholders identify no machine: never "same", never a contradiction.
+		{"00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000", false, false},
+		{u, "03000200-0400-0500-0006-000700080009", false, false},
+		{u, "FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF", false, false},
 	} {
 		same, comparable := SameSystemUUID(c.a, c.b)
 		if same != c.same || comparable != c.comparable {
@@ -25,5 +29,21 @@ func TestSameSystemUUID(t *testing.T) {
 		if same2, comparable2 := SameSystemUUID(c.b, c.a); same2 != same || comparable2 != comparable {
 			t.Errorf("not symmetric for %q, %q", c.a, c.b)
 		}
+	}
+}
+
+func TestUUIDForms(t *testing.T) {
+	got := UUIDForms("4C4C4544-0037-4A10-8052-B5C04F4E4D01")
+	want := []string{"4c4c4544-0037-4a10-8052-b5c04f4e4d01", "44454c4c-3700-104a-8052-b5c04f4e4d01", "014d4e4f-c0b5-5280-104a-370044454c4c"}
+	if len(got) != len(want) {
+		t.Fatalf("UUIDForms = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("UUIDForms[%d] = %s, want %s", i, got[i], want[i])
+		}
+	}
+	if f := UUIDForms("00000000-0000-0000-0000-000000000000"); f != nil {
+		t.Errorf("placeholder forms = %v", f)
 	}
 }

@@ -31,7 +31,7 @@ type View struct {
 	hosts  []Host
 	byName map[string]*Host     // host names and hostnames
 	byID   map[string]*Host     // host names only
-	byUUID map[string]*Host     // lower-case system UUIDs
+	byUUID map[string]*Host     // lower-case system UUIDs, in every byte order (UUIDForms)
 	byIP   map[netip.Addr]*Host // InternalIP addresses
 	racks  map[string]*Rack
 }
@@ -58,7 +58,9 @@ func newView(doc *Document, digest string) *View {
 			v.byName[n] = h
 		}
 		if h.SystemUUID != "" {
-			v.byUUID[h.SystemUUID] = h
+			for _, form := range UUIDForms(h.SystemUUID) {
+				v.byUUID[form] = h // every byte order: a Node or BMC may report any
+			}
 		}
 		for _, a := range h.Addresses {
 			if a.Type == v1.NodeInternalIP {

@@ -289,9 +289,20 @@ func (m *Monitor) update(ctx context.Context, node *v1.Node, host *inventory.Hos
 		}
 	}
 
-	// First-seen-off annotation: set when first seen off; any other answer removes it.
+	// First-seen-off annotation: set when first seen off (or when the one recorded is
+	// older than the Node's last sign of life: stale); any other answer removes it.
 	off := power.Status == v1.ConditionFalse
 	sinceStr, has := node.Annotations[AnnotationOffSince]
+	if has {
+		if t, err := time.Parse(time.RFC3339, sinceStr); err != nil || stale(node, t) {
+			has = false // restamped below if off, removed otherwise
+			if !off {
+				if err := m.annotate(ctx, node.Name, AnnotationOffSince, nil); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	switch {
 	case off && !has:
 		sinceStr = now.UTC().Format(time.RFC3339)
@@ -323,6 +334,9 @@ func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *invento
 			return nil
 		}
 		if err := m.inv.TakePowerBudget(ctx, host.Name, "outOfService"); err != nil {
+			if errors.Is(err, inventory.ErrMaintenance) {
+				return nil // exempt, as in the inventory that is settling
+			}
 			if errors.Is(err, inventory.ErrNowWaiting) {
 				m.record(node, v1.EventTypeWarning, inventory.ReasonPowerBudget, "The host has been powered off since %s (more than %s), but %s is not added: %v", since, m.cfg.OutOfServiceAfter, v1.TaintNodeOutOfService, err)
 			}
@@ -365,14 +379,46 @@ func hasTaint(n *v1.Node, key string) bool {
 	return false
 }
 
-// OffSince returns when the Node's host was first seen off, if it is recorded.
+// OffSince returns when the Node's host was first seen off, if it is recorded and
+// not stale (see StaleAfterReady): a stamp from before the Node's last sign of life
+// does not count, so only positively observed, continuous off time is measured.
 func OffSince(node *v1.Node) (time.Time, bool) {
 	s, ok := node.Annotations[AnnotationOffSince]
 	if !ok {
 		return time.Time{}, false
 	}
 	t, err := time.Parse(time.RFC3339, s)
-	return t, err == nil
+	if err != nil || stale(node, t) {
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+// StaleAfterReady bounds how much older than the Node's last sign of life (its Ready
+// condition's last transition or heartbeat) a powered-off-since stamp may be. A host
+// whose kubelet was running was on: a stamp older than that was left by a reader that
+// did not watch the host meanwhile (a restart, a leader change) and restarts the count.
+// A host that loses power is seen off at the earliest when its kubelet stops, and its
+// Node turns NotReady one node-monitor-grace-period (50 s by default) later, so a real
+// stamp is never older than that transition by more than the grace period; the bound
+// leaves room for a longer grace period and for clocks that differ.
+const StaleAfterReady = 3 * time.Minute
+
+// stale reports whether since predates the Node's last sign of life by more than
+// StaleAfterReady.
+func stale(node *v1.Node, since time.Time) bool {
+	c := condition(node, v1.NodeReady)
+	if c == nil {
+		return false
+	}
+	// The kubelet was alive until the last transition (it posted the status that
+	// changed, or the grace period ran out after its last post) and at its last
+	// heartbeat.
+	life := c.LastTransitionTime.Time
+	if c.LastHeartbeatTime.After(life) {
+		life = c.LastHeartbeatTime.Time
+	}
+	return !life.IsZero() && since.Before(life.Add(-StaleAfterReady))
 }
 
 func condition(node *v1.Node, t v1.NodeConditionType) *v1.NodeCondition {

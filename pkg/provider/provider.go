@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
+	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
@@ -304,6 +306,12 @@ func nodeHosts(lister corelisters.NodeLister, synced cache.InformerSynced) inven
 		}
 		var ids []string
 		for _, n := range nodes {
+			if slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider }) {
+				// Never initialized (a kubelet --provider-id typo registers such a
+				// Node): never reported gone, so its host is not one the guard
+				// must count.
+				continue
+			}
 			if id, ok := inventory.HostIDFromProviderID(n.Spec.ProviderID); ok {
 				ids = append(ids, id)
 			}

@@ -318,9 +318,11 @@ func (l *lab) waitCondition(name string, ct v1.NodeConditionType, want v1.Condit
 const powerPolicies = "bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}\ninstances: {outOfServiceAfter: 1m, deleteAfter: 5m%s}\n"
 
 // backdateOffSince waits until the monitor has stamped the Node's host off, then moves
-// that stamp back by ago, as if the host had been seen off that long: the e2e stands
-// for minutes of observed off time without waiting for them. The CCM never rewrites a
-// present stamp while the host stays off, so from then on the policies see that age.
+// that stamp, and the Node's last readiness change with it, back by ago, as if the
+// host had been seen off (and its Node NotReady) that long: the e2e stands for minutes
+// of observed off time without waiting for them. The CCM never rewrites a present
+// stamp while the host stays off and the Node shows no sign of life after it, so from
+// then on the policies see that age.
 func (l *lab) backdateOffSince(name string, ago time.Duration) {
 	l.t.Helper()
 	err := framework.WaitFor(l.ctx, 60*time.Second, name+" stamped off", func(ctx context.Context) (bool, error) {
@@ -330,7 +332,18 @@ func (l *lab) backdateOffSince(name string, ago time.Duration) {
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, powermon.AnnotationOffSince, time.Now().Add(-ago).UTC().Format(time.RFC3339))
+	l.backdate(name, ago)
+}
+
+// backdate moves the Node's last readiness change back by ago (first: a stamp older
+// than it would be stale) and stamps its host off since then.
+func (l *lab) backdate(name string, ago time.Duration) {
+	l.t.Helper()
+	at := time.Now().Add(-ago)
+	if err := framework.BackdateReady(l.ctx, l.cp.Client, name, at); err != nil {
+		l.t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, powermon.AnnotationOffSince, at.UTC().Format(time.RFC3339))
 	if _, err := l.cp.Client.CoreV1().Nodes().Patch(l.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		l.t.Fatal(err)
 	}
@@ -499,10 +512,7 @@ func TestIdentityMismatch(t *testing.T) {
 		t.Errorf("IdentityMismatch event does not name both UUIDs: %s", msg)
 	}
 	// Even with an off stamp from earlier, as if it had been off for an hour.
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, powermon.AnnotationOffSince, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
-	if _, err := l.cp.Client.CoreV1().Nodes().Patch(l.ctx, "idm-0", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	l.backdate("idm-0", time.Hour)
 	deadline := time.Now().Add(8 * time.Second)
 	for time.Now().Before(deadline) {
 		node, err := l.node("idm-0")

@@ -89,6 +89,33 @@ func SetNodeReady(ctx context.Context, client kubernetes.Interface, name string,
 	return nil
 }
 
+// BackdateReady moves the last transition and heartbeat of the Node's Ready condition
+// back to at, as if its readiness had last changed then (a host off for an hour has a
+// Node that turned NotReady an hour ago).
+func BackdateReady(ctx context.Context, client kubernetes.Interface, name string, at time.Time) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		found := false
+		for i := range node.Status.Conditions {
+			if c := &node.Status.Conditions[i]; c.Type == v1.NodeReady {
+				c.LastTransitionTime, c.LastHeartbeatTime, found = metav1.NewTime(at), metav1.NewTime(at), true
+			}
+		}
+		if !found {
+			return fmt.Errorf("node %s has no Ready condition", name)
+		}
+		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("backdating node %s's Ready condition: %w", name, err)
+	}
+	return nil
+}
+
 // DeleteNodes deletes the named Nodes; a Node that does not exist is not an error.
 func DeleteNodes(ctx context.Context, client kubernetes.Interface, names ...string) error {
 	var errs []error
