@@ -270,4 +270,3 @@ func mustView(t *testing.T, f *storeFixture) *View {
 	}
 	return v
 }
-
