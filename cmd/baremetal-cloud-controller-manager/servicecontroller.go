@@ -35,12 +35,19 @@ func startServiceController(initContext app.ControllerInitContext, completed *co
 			logger.Info("No loadBalancer section in the CloudConfig: the service controller is not started")
 			return nil, false, nil
 		}
-		c, err := lbcontroller.New(lbcontroller.Options{
-			Client:      completed.ClientBuilder.ClientOrDie(initContext.ClientName),
+		client := completed.ClientBuilder.ClientOrDie(initContext.ClientName)
+		opts := lbcontroller.Options{
+			Client:      client,
 			Services:    completed.SharedInformers.Core().V1().Services(),
 			Balancer:    balancer,
 			ClusterName: completed.ComponentConfig.KubeCloudShared.ClusterName,
-		})
+		}
+		if le := completed.ComponentConfig.Generic.LeaderElection; le.LeaderElect {
+			// client-go's leader election does not fence: a leader paused past its
+			// lease writes nothing once another replica holds it.
+			opts.Fence = &lbcontroller.LeaseFence{Client: client, Namespace: le.ResourceNamespace, Name: le.ResourceName}
+		}
+		c, err := lbcontroller.New(opts)
 		if err != nil {
 			return nil, false, err
 		}

@@ -73,12 +73,25 @@ type LoadBalancer struct {
 	alloc  *ipam.Allocator
 	events EventRecorder
 
-	mu        sync.Mutex
+	// allocMu is held for reading by every call that uses the allocator, and for
+	// writing while it is (re)primed, so nothing allocates from a half-built state.
+	allocMu sync.RWMutex
+
+	annMu     sync.Mutex
 	announcer Announcer
-	services  corelisters.ServiceLister
-	synced    cache.InformerSynced
-	primed    bool
+
+	mu         sync.Mutex // guards the fields below; taken before allocMu
+	services   corelisters.ServiceLister
+	synced     cache.InformerSynced
+	list       func(context.Context) ([]*v1.Service, error)
+	primed     bool
+	reprime    bool
+	reprimedAt time.Time // the last re-prime (not the first prime)
 }
+
+// minReprimeInterval bounds how often conflicts make the allocator re-prime (each time
+// lists every Service).
+const minReprimeInterval = 10 * time.Second
 
 var _ cloudprovider.LoadBalancer = (*LoadBalancer)(nil)
 
@@ -103,16 +116,37 @@ func (l *LoadBalancer) SetServices(lister corelisters.ServiceLister, synced cach
 	l.services, l.synced = lister, synced
 }
 
-// SetAnnouncer sets the announcer told about every assignment (nil: none).
-func (l *LoadBalancer) SetAnnouncer(a Announcer) {
+// SetLister gives the LoadBalancer a consistent List of every Service (from the API
+// server, not a cache) to prime from; without it priming uses the Service lister.
+func (l *LoadBalancer) SetLister(list func(context.Context) ([]*v1.Service, error)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.list = list
+}
+
+// Reprime makes the next call rebuild the allocator's state from a consistent List
+// of the Services before it allocates anything: called when the allocator's view and
+// the Services disagree (a status write conflicted, a Service's status shows an IP
+// the allocator has another Service hold, this replica became the leader). At most
+// once per minReprimeInterval.
+func (l *LoadBalancer) Reprime() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.primed && time.Since(l.reprimedAt) >= minReprimeInterval {
+		l.reprime = true
+	}
+}
+
+// SetAnnouncer sets the announcer told about every assignment (nil: none).
+func (l *LoadBalancer) SetAnnouncer(a Announcer) {
+	l.annMu.Lock()
+	defer l.annMu.Unlock()
 	l.announcer = a
 }
 
 func (l *LoadBalancer) getAnnouncer() Announcer {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.annMu.Lock()
+	defer l.annMu.Unlock()
 	return l.announcer
 }
 
@@ -123,22 +157,35 @@ func Owned(svc *v1.Service) bool {
 	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
 }
 
-// prime records, once, every IP the existing Services hold, before the first
-// allocation. Phase one claims each Service's current IPs as they are; only then may
-// anything move, so no Service can be handed an IP another one holds but was not yet
-// seen.
+// prime records every IP the existing Services hold, before the first allocation
+// and again after Reprime. Phase one claims each Service's current IPs as they are;
+// only then may anything move, so no Service can be handed an IP another one holds
+// but was not yet seen. While it runs no other call uses the allocator.
 func (l *LoadBalancer) prime(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.primed {
+	if l.primed && !l.reprime {
 		return nil
 	}
 	if l.services == nil || !l.synced() {
 		return api.NewRetryError(ErrNotReady.Error(), time.Second)
 	}
-	svcs, err := l.services.List(labels.Everything())
+	var svcs []*v1.Service
+	var err error
+	if l.list != nil {
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		svcs, err = l.list(lctx)
+		cancel()
+	} else {
+		svcs, err = l.services.List(labels.Everything())
+	}
 	if err != nil {
 		return fmt.Errorf("listing Services to prime IPAM: %w", err)
+	}
+	l.allocMu.Lock()
+	defer l.allocMu.Unlock()
+	if l.primed {
+		l.alloc.Reset()
 	}
 	// Oldest first (ipam.Prime keeps the first holder of a contested IP), so the
 	// winner of a conflict is the same on every replica and every restart.
@@ -168,8 +215,12 @@ func (l *LoadBalancer) prime(ctx context.Context) error {
 		}
 		held++
 	}
-	l.primed = true
-	logger.Info("IPAM primed from existing Services", "services", held)
+	again := l.primed
+	if again {
+		l.reprimedAt = time.Now()
+	}
+	l.primed, l.reprime = true, false
+	logger.Info("IPAM primed from existing Services", "services", held, "again", again)
 	updateUsage(l.alloc)
 	return nil
 }
@@ -179,6 +230,8 @@ func (l *LoadBalancer) GetLoadBalancer(ctx context.Context, _ string, svc *v1.Se
 	if err := l.prime(ctx); err != nil {
 		return nil, false, err
 	}
+	l.allocMu.RLock()
+	defer l.allocMu.RUnlock()
 	if a, ok := l.alloc.Assigned(key(svc)); ok && len(a.IPs) > 0 {
 		return status(a.IPs), true, nil
 	}
@@ -198,6 +251,8 @@ func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 	if err := l.prime(ctx); err != nil {
 		return nil, err
 	}
+	l.allocMu.RLock()
+	defer l.allocMu.RUnlock()
 	logger := klog.FromContext(ctx).WithValues("service", key(svc))
 	req, err := ipam.ParseService(svc)
 	if err != nil {
@@ -212,6 +267,9 @@ func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 			l.reportOutOfPool(svc, held.OutOfPool) // what it keeps while its request fails
 		}
 		reason, retry := classify(err)
+		if errors.Is(err, ipam.ErrHeldElsewhere) {
+			l.Reprime() // the allocator's view is stale, or two statuses show one IP
+		}
 		l.events.Eventf(svc, v1.EventTypeWarning, reason, "%v", err)
 		logger.Info("Cannot assign load balancer IPs", "reason", reason, "err", err)
 		if retry {
@@ -262,6 +320,8 @@ func (l *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, _ string, 
 	if err := l.prime(ctx); err != nil {
 		return err
 	}
+	l.allocMu.RLock()
+	defer l.allocMu.RUnlock()
 	if an := l.getAnnouncer(); an != nil {
 		if err := an.Delete(ctx, svc); err != nil {
 			return fmt.Errorf("withdrawing the announcement: %w", err)
@@ -282,6 +342,8 @@ func classify(err error) (reason string, retry bool) {
 	switch {
 	case errors.Is(err, ipam.ErrPoolExhausted):
 		return ReasonPoolExhausted, true
+	case errors.Is(err, ipam.ErrHeldElsewhere):
+		return ReasonPrimingConflict, true
 	case errors.Is(err, ipam.ErrIPInUse):
 		return ReasonIPUnavailable, true
 	case errors.Is(err, ipam.ErrSharingConflict):

@@ -249,3 +249,47 @@ func TestPrimingConflictOldestWins(t *testing.T) {
 		t.Errorf("requesting a released IP of a terminating Service = %v, %v; want it", st, err)
 	}
 }
+
+// TestStaleAllocatorNeverMovesAnIP is the frozen-leader scenario at the balancer: its
+// allocator still has "gone" holding 192.0.2.1, but while it was paused another leader
+// released it and gave it to "kept", whose status now shows it. The stale replica must
+// not move "kept" to another IP: a conflict event, the status left alone, and the
+// allocator rebuilt from the Services (a consistent List), after which "kept" keeps
+// 192.0.2.1 and nobody else can get it.
+func TestStaleAllocatorNeverMovesAnIP(t *testing.T) {
+	ctx := context.Background()
+	gone := svc("gone", "192.0.2.1")
+	l, rec := newLB(t, gone)
+	if _, err := l.EnsureLoadBalancer(ctx, "c", gone, nil); err != nil {
+		t.Fatal(err)
+	}
+	// What the API server holds now: "gone" deleted, "kept" holding its IP.
+	kept := svc("kept", "192.0.2.1")
+	listed := 0
+	l.SetLister(func(context.Context) ([]*v1.Service, error) {
+		listed++
+		return []*v1.Service{kept}, nil
+	})
+
+	st, err := l.EnsureLoadBalancer(ctx, "c", kept, nil)
+	if err == nil {
+		t.Fatalf("EnsureLoadBalancer = %v; want a conflict, not a new IP", ingressIPs(st))
+	}
+	var re *api.RetryError
+	if !errors.As(err, &re) {
+		t.Errorf("err = %v, want a RetryError", err)
+	}
+	if e := rec.last(); e.reason != ReasonPrimingConflict || !strings.Contains(e.msg, "192.0.2.1") {
+		t.Errorf("last event %+v, want %s naming 192.0.2.1", e, ReasonPrimingConflict)
+	}
+	// The next call re-primes from the List: "kept" keeps its IP.
+	st, err = l.EnsureLoadBalancer(ctx, "c", kept, nil)
+	if err != nil || ingressIPs(st)[0] != "192.0.2.1" || listed != 1 {
+		t.Fatalf("after re-priming: %v, %v (listed %d); want 192.0.2.1 from one List", st, err, listed)
+	}
+	other := svc("other")
+	other.Annotations = map[string]string{"baremetal-ccm.io/load-balancer-ips": "192.0.2.1"}
+	if _, err := l.EnsureLoadBalancer(ctx, "c", other, nil); err == nil {
+		t.Fatal("another Service got 192.0.2.1, which kept holds")
+	}
+}

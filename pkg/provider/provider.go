@@ -277,6 +277,21 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	if c.lb != nil {
 		svcs := factory.Core().V1().Services()
 		c.lb.SetServices(svcs.Lister(), svcs.Informer().HasSynced)
+		if client := c.client; client != nil {
+			// Priming (at the start of leadership, and again after a conflict) reads
+			// the Services from the API server, not from a cache that may lag.
+			c.lb.SetLister(func(ctx context.Context) ([]*v1.Service, error) {
+				list, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return nil, err
+				}
+				out := make([]*v1.Service, len(list.Items))
+				for i := range list.Items {
+					out[i] = &list.Items[i]
+				}
+				return out, nil
+			})
+		}
 	}
 	if c.ctx == nil || c.client == nil {
 		return // not initialized: no API client for the monitor

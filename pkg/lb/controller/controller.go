@@ -82,6 +82,21 @@ type Options struct {
 	// Recorder records events on Services. Default: one of Run's own, recording to
 	// Client as Component.
 	Recorder record.EventRecorder
+	// Fence, when set, must answer nil right before every write: a replica that is no
+	// longer the leader (paused past its lease, then resumed) writes nothing.
+	Fence Fence
+}
+
+// Fence tells whether this replica may still write as the leader.
+type Fence interface {
+	Check(ctx context.Context) error
+}
+
+// Repriming is implemented by a Balancer that can rebuild its view from the Services
+// (lb.LoadBalancer): called when a status write conflicts, since the Service then
+// changed behind this replica's back.
+type Repriming interface {
+	Reprime()
 }
 
 // Controller reconciles LoadBalancer Services. Create it with New, then Run it.
@@ -92,6 +107,7 @@ type Controller struct {
 	balancer cloudprovider.LoadBalancer
 	cluster  string
 	recorder record.EventRecorder
+	fence    Fence
 	queue    workqueue.TypedRateLimitingInterface[string]
 }
 
@@ -107,6 +123,7 @@ func New(o Options) (*Controller, error) {
 		balancer: o.Balancer,
 		cluster:  o.ClusterName,
 		recorder: o.Recorder,
+		fence:    o.Fence,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](minRetryDelay, maxRetryDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "service"},
@@ -162,6 +179,12 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	defer logger.Info("Shutting down service controller")
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {
 		return
+	}
+	if c.fence != nil {
+		// Take note of the lease this replica just acquired.
+		if err := c.fence.Check(ctx); err != nil {
+			logger.Error(err, "Not the leader: the service controller writes nothing")
+		}
 	}
 	if workers < 1 {
 		workers = 1
@@ -219,6 +242,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return err
 	}
 	svc = svc.DeepCopy() // the informer's object is shared; the balancer gets its own
+	if c.fence != nil {
+		if err := c.fence.Check(ctx); err != nil {
+			return fmt.Errorf("not syncing: %w", err)
+		}
+	}
 	if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil {
 		return c.cleanup(ctx, svc)
 	}
@@ -251,6 +279,12 @@ func (c *Controller) ensure(ctx context.Context, svc *v1.Service) error {
 		if apierrors.IsNotFound(err) {
 			// Deleted meanwhile (it had no finalizer yet): give the addresses back.
 			return c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, svc)
+		}
+		if apierrors.IsConflict(err) {
+			// Changed since this replica read it: retried with the new version, from
+			// an allocator rebuilt from the Services (another writer may have moved
+			// addresses).
+			return fmt.Errorf("writing the load balancer status: %w", err)
 		}
 		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error writing load balancer status and finalizer: %v", err)
 		return fmt.Errorf("writing the load balancer status: %w", err)
@@ -297,8 +331,11 @@ func (c *Controller) cleanup(ctx context.Context, svc *v1.Service) error {
 // status.loadBalancer through the status subresource (which also takes metadata) as
 // one strategic merge patch, or nothing when there is none. The patch names only our
 // finalizer, so finalizers others add meanwhile are kept whatever the informer's view.
+// It is conditional on old's resourceVersion: a Service changed since (by a user, or
+// by another replica that acted as leader) is not overwritten; the Conflict makes the
+// balancer re-prime. The Fence is checked right before the write.
 func (c *Controller) patch(ctx context.Context, old, want *v1.Service) error {
-	meta := map[string]any{}
+	meta := map[string]any{"resourceVersion": old.ResourceVersion}
 	switch had, has := servicehelper.HasLBFinalizer(old), servicehelper.HasLBFinalizer(want); {
 	case has && !had:
 		meta["finalizers"] = []string{servicehelper.LoadBalancerCleanupFinalizer}
@@ -306,21 +343,30 @@ func (c *Controller) patch(ctx context.Context, old, want *v1.Service) error {
 		meta["$deleteFromPrimitiveList/finalizers"] = []string{servicehelper.LoadBalancerCleanupFinalizer}
 	}
 	body := map[string]any{}
-	if len(meta) > 0 {
-		body["metadata"] = meta
-	}
-	if !servicehelper.LoadBalancerStatusEqual(&old.Status.LoadBalancer, &want.Status.LoadBalancer) {
+	statusChanged := !servicehelper.LoadBalancerStatusEqual(&old.Status.LoadBalancer, &want.Status.LoadBalancer)
+	if statusChanged {
 		// ingress is replaced as a whole; null clears it.
 		body["status"] = map[string]any{"loadBalancer": map[string]any{"ingress": want.Status.LoadBalancer.Ingress}}
 	}
-	if len(body) == 0 {
-		return nil
+	if len(meta) == 1 && !statusChanged {
+		return nil // nothing but the precondition
+	}
+	body["metadata"] = meta
+	if c.fence != nil {
+		if err := c.fence.Check(ctx); err != nil {
+			return fmt.Errorf("not writing: %w", err)
+		}
 	}
 	p, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("encoding the patch: %w", err)
 	}
 	_, err = c.client.CoreV1().Services(old.Namespace).Patch(ctx, old.Name, types.StrategicMergePatchType, p, metav1.PatchOptions{}, "status")
+	if apierrors.IsConflict(err) {
+		if r, ok := c.balancer.(Repriming); ok {
+			r.Reprime()
+		}
+	}
 	return err
 }
 
@@ -334,13 +380,16 @@ func wantsLoadBalancer(svc *v1.Service) bool {
 func hasOurs(svc *v1.Service) bool { return servicehelper.HasLBFinalizer(svc) }
 
 // changed reports whether an update can change what this controller does: spec,
-// annotations and labels (address requests, pool selectors), finalizers, deletion or
-// identity. A status-only change is not one (as upstream): reacting to it would make
-// this controller and another writer of the same status (a second load-balancer
-// controller) rewrite each other's status forever. Our status is rewritten at the
-// next change of the Service or restart.
+// annotations and labels (address requests, pool selectors), finalizers, deletion,
+// identity, or the addresses in status.loadBalancer. A change of the addresses is seen
+// because the status is the record of what a Service holds: one this replica did not
+// write (a former leader that resumed, a person) is checked against the allocator at
+// once. That cannot start a write war with another writer: the balancer keeps the
+// addresses a status shows whenever the request allows them, and otherwise leaves
+// the status alone with an event.
 func changed(old, cur *v1.Service) bool {
 	return old.UID != cur.UID ||
+		!servicehelper.LoadBalancerStatusEqual(&old.Status.LoadBalancer, &cur.Status.LoadBalancer) ||
 		!reflect.DeepEqual(old.Spec, cur.Spec) ||
 		!reflect.DeepEqual(old.Annotations, cur.Annotations) ||
 		!reflect.DeepEqual(old.Labels, cur.Labels) ||

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -330,7 +331,12 @@ func TestChanged(t *testing.T) {
 		{"spec", func(s *v1.Service) { s.Spec.LoadBalancerIP = "192.0.2.20" }, true},
 		{"finalizer removed", func(s *v1.Service) { s.Finalizers = nil }, true},
 		{"deletion", func(s *v1.Service) { s.DeletionTimestamp = ptr.To(metav1.Now()) }, true},
-		{"status rewritten by another writer", func(s *v1.Service) { s.Status.LoadBalancer.Ingress[0].IP = "192.0.2.99" }, false},
+		// The status is the record of what a Service holds: an address another writer
+		// put there is checked at once.
+		{"status addresses rewritten by another writer", func(s *v1.Service) { s.Status.LoadBalancer.Ingress[0].IP = "192.0.2.99" }, true},
+		{"status conditions only", func(s *v1.Service) {
+			s.Status.Conditions = []metav1.Condition{{Type: "x", Status: metav1.ConditionTrue}}
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cur := base.DeepCopy()
@@ -427,5 +433,40 @@ func TestPatchFailureIsAnEvent(t *testing.T) {
 	ev := f.events()
 	if len(ev) != 1 || !strings.Contains(ev[0], ReasonSyncFailed) || !strings.Contains(ev[0], "webhook denied") {
 		t.Errorf("events %v, want one %s naming the cause", ev, ReasonSyncFailed)
+	}
+}
+
+// repriming is a fakeBalancer that counts Reprime calls.
+type repriming struct {
+	*fakeBalancer
+	reprimes int
+}
+
+func (r *repriming) Reprime() { r.reprimes++ }
+
+// TestStatusWriteIsConditional: the status patch carries the Service's resourceVersion
+// as a precondition, and a Conflict (the Service changed behind this replica's back,
+// e.g. written by another leader) makes the balancer re-prime and the sync fail, to be
+// retried from the new version; nothing is written over it.
+func TestStatusWriteIsConditional(t *testing.T) {
+	s := lbService("web")
+	s.ResourceVersion = "7"
+	f := newFixture(t, s)
+	rb := &repriming{fakeBalancer: f.balancer}
+	f.c.balancer = rb
+	var body string
+	f.client.PrependReactor("patch", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		body = string(a.(k8stesting.PatchAction).GetPatch())
+		return true, nil, apierrors.NewConflict(v1.Resource("services"), "web", errors.New("the object has been modified"))
+	})
+	err := f.sync("ns/web")
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("sync = %v, want the Conflict", err)
+	}
+	if !strings.Contains(body, `"resourceVersion":"7"`) {
+		t.Errorf("patch %s has no resourceVersion precondition", body)
+	}
+	if rb.reprimes != 1 {
+		t.Errorf("%d re-primes after a conflict, want 1", rb.reprimes)
 	}
 }

@@ -364,11 +364,15 @@ func normalize(key string, req *Request) ([]v1.IPFamily, [2]netip.Addr, error) {
 // (PreferDualStack: as many as available, at least one).
 //
 // Guarantees:
-//   - Addresses key already holds, or else those in current (the IPs the Service
-//     holds now, from its status), are kept while they are still valid for req: of
-//     a requested family, equal to the requested IP if any, in the named pool if
-//     any, in a pool that admits the Service, and sharable with the other holders.
-//     An IP that is in no pool any more is kept, and reported in OutOfPool.
+//   - The IPs in current (the Service's status, the record of what it holds), or
+//     else for a family current lacks what key holds in the allocator, are kept
+//     while they are still valid for req: of a requested family, equal to the
+//     requested IP if any, in the named pool if any, in a pool that admits the
+//     Service, and sharable with the other holders. An IP that is in no pool any
+//     more is kept, and reported in OutOfPool.
+//   - A Service never loses an IP of its status but by its own request: when req
+//     still allows that IP but the allocator has it held by other Services only
+//     (not by key), the error wraps ErrHeldElsewhere and nothing changes.
 //   - Calling again with the same request returns the same IPs.
 //   - Otherwise: requested IPs, else an IP of the same pool as a kept/requested
 //     IP, else the first pool (named, or auto-assign pools that admit the Service by
@@ -394,15 +398,19 @@ func (a *Allocator) Assign(key string, req Request, current []netip.Addr) (Assig
 	sa := attrsOf(&req)
 	old := a.svcs[key]
 
-	var cand [2]netip.Addr
-	if old != nil {
-		for _, ip := range old.ips {
-			cand[ipFamIndex(ip)] = ip
-		}
-	}
+	// The status is the record of what the Service holds: its IPs come first.
+	var cand, inStatus [2]netip.Addr
 	for _, ip := range current {
 		if ip.IsValid() && ip.Zone() == "" {
 			ip = ip.Unmap()
+			if fi := ipFamIndex(ip); !inStatus[fi].IsValid() {
+				inStatus[fi] = ip
+			}
+		}
+	}
+	cand = inStatus
+	if old != nil {
+		for _, ip := range old.ips {
 			if fi := ipFamIndex(ip); !cand[fi].IsValid() {
 				cand[fi] = ip
 			}
@@ -432,6 +440,9 @@ func (a *Allocator) Assign(key string, req Request, current []netip.Addr) (Assig
 			}
 			if u := a.ips[ex]; u != nil {
 				if err := compatible(u, ex, key, &sa); err != nil {
+					if ex == inStatus[fi] && !holds(u, key) {
+						return Assignment{}, heldElsewhere(key, ex, err)
+					}
 					return Assignment{}, fmt.Errorf("service %s: %w", key, err)
 				}
 			}
@@ -439,7 +450,18 @@ func (a *Allocator) Assign(key string, req Request, current []netip.Addr) (Assig
 			continue
 		}
 		if c := cand[fi]; c.IsValid() {
-			if rng, ok := a.keepable(key, c, &req, &sa); ok {
+			rng, allowed := a.allowedByRequest(c, &req)
+			if allowed {
+				if u := a.ips[c]; u != nil {
+					if err := compatible(u, c, key, &sa); err != nil {
+						if c == inStatus[fi] && !holds(u, key) {
+							return Assignment{}, heldElsewhere(key, c, err)
+						}
+						// Its own changed request (sharing key, ports, policy) no
+						// longer fits the other holders: it moves.
+						continue
+					}
+				}
 				plan[fi] = planned{ip: c, rng: rng, ok: true}
 				if rng != nil && anchor == nil {
 					anchor = rng.pool
@@ -510,16 +532,23 @@ func (a *Allocator) Assign(key string, req Request, current []netip.Addr) (Assig
 	return a.assignment(s), nil
 }
 
-// keepable reports whether key may keep c (see Assign) and c's range.
-func (a *Allocator) keepable(key string, c netip.Addr, req *Request, sa *shareAttrs) (*ipRange, bool) {
+// allowedByRequest reports whether req lets a Service keep c (in the named pool if
+// any, in a pool that admits it, or in no pool at all), and c's range.
+func (a *Allocator) allowedByRequest(c netip.Addr, req *Request) (*ipRange, bool) {
 	rng := a.rangeOf(c)
 	if rng != nil && ((req.Pool != "" && rng.pool.name != req.Pool) || !rng.pool.admits(req)) {
 		return nil, false
 	}
-	if u := a.ips[c]; u != nil && compatible(u, c, key, sa) != nil {
-		return nil, false
-	}
 	return rng, true
+}
+
+// holds reports whether key is one of u's holders.
+func holds(u *ipUse, key string) bool {
+	return slices.ContainsFunc(u.holders, func(h *svcAlloc) bool { return h.key == key })
+}
+
+func heldElsewhere(key string, ip netip.Addr, why error) error {
+	return fmt.Errorf("%w: service %s has %s in its status, but IPAM has it held by another Service (%v); the status is left as it is: if two Services really show this IP, delete or re-create one of them", ErrHeldElsewhere, key, ip, why)
 }
 
 // candidates returns the pools key may auto-assign from: the named pool, or the
@@ -815,11 +844,25 @@ func (a *Allocator) Prime(key string, req Request, current []netip.Addr) error {
 	return errors.Join(errs...)
 }
 
+// Reset releases everything, as if the Allocator were new: Prime it again before the
+// next Assign.
+func (a *Allocator) Reset() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key := range a.svcs {
+		a.release(key)
+	}
+}
+
 // Release frees key's IPs; a shared IP is freed when its last holder leaves.
 // Releasing an unknown key does nothing.
 func (a *Allocator) Release(key string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.release(key)
+}
+
+func (a *Allocator) release(key string) {
 	s := a.svcs[key]
 	if s == nil {
 		return

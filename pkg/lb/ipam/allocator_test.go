@@ -476,7 +476,9 @@ func TestOutOfPoolAndPriming(t *testing.T) {
 				{key: "a", wantIPs: []string{"192.0.2.7"}, wantOOP: []string{"192.0.2.7"}},
 				{key: "b", req: Request{IPs: addrs("192.0.2.8")}, current: []string{"192.0.2.8"}, wantIPs: []string{"192.0.2.8"}, wantOOP: []string{"192.0.2.8"}},
 				{key: "c", req: Request{IPs: addrs("192.0.2.7")}, wantErr: ErrNotInPool},
-				{key: "d", current: []string{"192.0.2.7"}, wantIPs: []string{"10.0.0.0"}},
+				// d's status shows a's IP (a stale view somewhere): d keeps its status,
+				// an error says why, nothing moves.
+				{key: "d", current: []string{"192.0.2.7"}, wantErr: ErrHeldElsewhere},
 				{key: "a", req: Request{Pool: "typo"}, wantErr: ErrUnknownPool},
 				{key: "a", wantIPs: []string{"192.0.2.7"}, wantOOP: []string{"192.0.2.7"}},
 			},
@@ -502,7 +504,7 @@ func TestOutOfPoolAndPriming(t *testing.T) {
 				{key: "e", prime: true, req: Request{Families: []v1.IPFamily{"bogus"}}, current: []string{"198.51.100.1"}, wantIPs: []string{"198.51.100.1"}, wantPool: []string{""}, wantOOP: []string{"198.51.100.1"}},
 				{key: "b", prime: true, current: []string{"10.0.0.3"}, wantIPs: []string{"10.0.0.0"}}, // already held: unchanged
 				{key: "new", wantIPs: []string{"10.0.0.1"}},
-				{key: "d", current: []string{"10.0.0.0"}, wantIPs: []string{"10.0.0.3"}},
+				{key: "d", current: []string{"10.0.0.0"}, wantErr: ErrHeldElsewhere}, // lost the priming conflict: never moved silently
 				{key: "b", current: []string{"10.0.0.0"}, wantIPs: []string{"10.0.0.0"}},
 			},
 		},

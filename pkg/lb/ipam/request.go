@@ -34,6 +34,10 @@ var (
 	ErrNotInPool = errors.New("requested IP is not in an address pool")
 	// ErrIPInUse: a requested IP is held by another Service that does not share it.
 	ErrIPInUse = errors.New("IP already in use")
+	// ErrHeldElsewhere: the IP a Service holds in its status is held by another
+	// Service as far as the allocator knows. The Service keeps its status; nothing
+	// moves (the allocator's view or the other Service's status is stale).
+	ErrHeldElsewhere = errors.New("IP in the Service's status is held by another Service")
 	// ErrSharingConflict: the sharing keys match but ports clash or the traffic
 	// policies (externalTrafficPolicy, and for Local the selector) differ.
 	ErrSharingConflict = errors.New("IP sharing conflict")

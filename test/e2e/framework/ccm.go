@@ -238,8 +238,15 @@ func flagName(arg string) (string, bool) {
 }
 
 // tail returns the last n lines of s.
+// tail returns the last n lines of a log, without the flag dump the CCM starts with
+// (it would fill the tail of a CCM that exits early).
 func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	var lines []string
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if !strings.Contains(line, "] FLAG: --") {
+			lines = append(lines, line)
+		}
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}

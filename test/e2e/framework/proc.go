@@ -79,6 +79,10 @@ func (p *Process) Kill() {
 	}
 }
 
+// Signal sends s (SIGSTOP and SIGCONT to freeze and resume it) unless the process has
+// exited.
+func (p *Process) Signal(s os.Signal) { p.signal(s) }
+
 // signal signals the process unless it has exited (Go's os.Process never signals a
 // reused PID after Wait).
 func (p *Process) signal(s os.Signal) {
