@@ -67,24 +67,45 @@ func bmcCheck(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "host:        %s\nprotocol:    %s\naddress:     %s (port %s)\ntls:         %s\ncredentials: %s\n",
 		host.Name, t.Protocol, t.Address, port, tlsMode, t.CredentialsFile)
 
+	if t.System != "" {
+		fmt.Fprintf(stdout, "system:      %s\n", t.System)
+	}
+
+	// The CCM's own driver (kept Redfish session, system choice, identity), logged
+	// out before returning.
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	drv := bmc.NewSessions(nil, 0)
+	defer drv.Close(context.Background(), 5*time.Second)
 	start := time.Now()
-	raw, err := bmc.BMCLib{}.PowerState(ctx, t)
+	raw, uuid, err := drv.ReadPower(ctx, t)
 	latency := time.Since(start).Round(time.Millisecond)
 	if err != nil {
-		reason := "unreachable"
+		reach := "no (unreachable)"
 		switch {
 		case errors.Is(err, bmc.ErrAuth):
-			reason = "credentials refused"
+			reach = "no (credentials refused)"
 		case errors.Is(err, bmc.ErrCredentials):
-			reason = "credentials file unusable"
+			reach = "no (credentials file unusable)"
+		case errors.Is(err, bmc.ErrUnknownState):
+			reach = "yes, but the power state could not be read"
 		}
-		fmt.Fprintf(stdout, "reachable:   no (%s)\nerror:       %v\nlatency:     %s\n", reason, err, latency)
+		fmt.Fprintf(stdout, "reachable:   %s\nerror:       %v\nlatency:     %s\n", reach, err, latency)
 		return 1
 	}
 	state := bmc.Normalize(raw)
-	fmt.Fprintf(stdout, "reachable:   yes\npower:       %s (BMC said %q)\nlatency:     %s\n", state, raw, latency)
+	fmt.Fprintf(stdout, "reachable:   yes\npower:       %s (BMC said %q)\n", state, raw)
+	if uuid != "" {
+		match := "no systemUUID in the inventory to compare"
+		if host.SystemUUID != "" {
+			match = "matches the inventory's systemUUID"
+			if same, _ := inventory.SameSystemUUID(uuid, host.SystemUUID); !same {
+				match = "CONTRADICTS the inventory's systemUUID " + host.SystemUUID + ": no action is taken on this BMC's power state"
+			}
+		}
+		fmt.Fprintf(stdout, "system uuid: %s (%s)\n", uuid, match)
+	}
+	fmt.Fprintf(stdout, "latency:     %s\n", latency)
 	if state == bmc.PowerUnknown {
 		return 1
 	}

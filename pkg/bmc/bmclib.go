@@ -86,7 +86,8 @@ func TargetFor(h *inventory.Host, defaultCA string) (Target, bool) {
 		ca = defaultCA
 	}
 	t := Target{Host: h.Name, Protocol: b.Protocol, Address: b.Address, Port: b.Port,
-		CredentialsFile: b.CredentialsFile, CAFile: ca, InsecureSkipVerify: b.InsecureSkipVerify}
+		CredentialsFile: b.CredentialsFile, CAFile: ca, InsecureSkipVerify: b.InsecureSkipVerify,
+		System: b.System, SystemUUID: h.SystemUUID}
 	if s := b.CredentialsSecret; s != nil {
 		t.SecretNamespace, t.SecretName = s.Namespace, s.Name
 	}

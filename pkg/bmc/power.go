@@ -30,8 +30,10 @@ var (
 	ErrAuth = errors.New("BMC refused the credentials")
 	// ErrBackoff: the BMC failed repeatedly and is not asked again until its backoff ends.
 	ErrBackoff = errors.New("BMC backed off after repeated failures")
-	// ErrUnknownState: the BMC answered with a power state that means neither on nor off.
-	ErrUnknownState = errors.New("BMC reported an unknown power state")
+	// ErrUnknownState: the BMC answered, but not with a power state that means on or
+	// off (a transitional state, an error status, a system it cannot choose or that
+	// reports no PowerState). Not a reachability failure.
+	ErrUnknownState = errors.New("power state unknown")
 	// ErrNoBMC: the host has no BMC in the inventory.
 	ErrNoBMC = errors.New("host has no BMC")
 	// ErrBusy: every BMC call slot stayed taken; the BMC was not asked, and this does

@@ -26,6 +26,10 @@ type Target struct {
 	SecretNamespace, SecretName string
 	CAFile                      string
 	InsecureSkipVerify          bool
+	// System names the host's Redfish ComputerSystem (its Id or path); SystemUUID is
+	// the host's systemUUID from the inventory, which chooses the system on a service
+	// with several when System is unset.
+	System, SystemUUID string
 }
 
 // Driver performs one power-state query against a BMC. Implementations return by ctx's

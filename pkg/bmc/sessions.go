@@ -5,20 +5,21 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	bmclib "github.com/bmc-toolbox/bmclib/v2"
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
 
-// Sessions is the Driver the CCM runs. For Redfish it keeps one bmclib client, and so
-// one BMC session, per BMC open between calls, so a read costs the GETs only, not a
-// login and a logout as well (bmclib cannot reuse connections, so each request is
-// still its own TLS connection). IPMI calls go through BMCLib, one shot each.
+// Sessions is the Driver the CCM runs. For Redfish it keeps one session per BMC open
+// between calls (redfishConn: X-Auth-Token, or Basic auth on a service without a
+// SessionService) and one kept-alive TLS connection, so a read costs one GET of the
+// host's ComputerSystem, which also carries the system's UUID. IPMI calls go through
+// BMCLib, one shot each.
 //
 // Guarantees:
 //   - at most one call and one session per BMC at a time: a call waits for the previous
@@ -37,6 +38,10 @@ type Sessions struct {
 	creds CredentialSource
 	idle  time.Duration
 	ids   identities
+	// maxFailures and failWindow: the failed-login budget per BMC (see
+	// SetLoginBudget).
+	maxFailures int
+	failWindow  time.Duration
 
 	mu        sync.Mutex
 	conns     map[string]*conn // by Target.Host
@@ -51,11 +56,16 @@ type conn struct {
 	// when that goroutine ends, even after its caller has given up.
 	lock chan struct{}
 	// Guarded by lock:
-	client  *bmclib.Client // nil: no session
-	key     [32]byte       // fingerprint of target and credentials the session uses
-	used    time.Time      // last call
-	healthy bool           // the last call on the session succeeded
+	client  *redfishConn // nil: no session
+	key     [32]byte     // fingerprint of target and credentials the session uses
+	used    time.Time    // last call
+	healthy bool         // the last call on the session succeeded
 	target  Target
+	// The failed-login budget: refusals within the window, and the fingerprint of
+	// the credentials refused last.
+	fails      []time.Time
+	refusedKey [32]byte
+	refusedAt  time.Time
 }
 
 // DefaultSessionIdle is the idle time after which the CCM logs out a BMC session: it
@@ -70,7 +80,43 @@ const maxKeep = time.Hour
 // NewSessions returns a Sessions driver resolving credentials through creds (nil:
 // the Target's credentials file) and logging out sessions idle for longer than idle.
 func NewSessions(creds CredentialSource, idle time.Duration) *Sessions {
-	return &Sessions{creds: creds, idle: idle, conns: map[string]*conn{}, loggedOut: make(chan struct{})}
+	return &Sessions{creds: creds, idle: idle, conns: map[string]*conn{}, loggedOut: make(chan struct{}),
+		maxFailures: DefaultMaxFailedLogins, failWindow: DefaultFailedLoginWindow}
+}
+
+// Defaults of the failed-login budget.
+const (
+	DefaultMaxFailedLogins   = 2
+	DefaultFailedLoginWindow = 10 * time.Minute
+)
+
+// SetLoginBudget sets the failed-login budget per BMC (call it before the first
+// read): credentials a BMC refused are not tried on it again until they change or
+// window has passed, and after maxFailures refused logins within window no login is
+// tried on it until the oldest leaves the window. Real BMCs lock a client out after a
+// few failed logins (iDRAC: its IP for 600 s after the third), which would also lock
+// out the credentials once they are fixed.
+func (s *Sessions) SetLoginBudget(maxFailures int, window time.Duration) {
+	s.maxFailures, s.failWindow = maxFailures, window
+}
+
+// ErrLoginBudget is wrapped (beside ErrAuth) when a login is not even tried because
+// of the failed-login budget.
+var ErrLoginBudget = errors.New("not logging in again yet")
+
+// loginAllowed applies the budget; it runs with c.lock held.
+func (s *Sessions) loginAllowed(c *conn, key [32]byte, now time.Time) error {
+	cut := now.Add(-s.failWindow)
+	c.fails = slices.DeleteFunc(c.fails, func(t time.Time) bool { return !t.After(cut) })
+	if c.refusedKey == key && c.refusedAt.After(cut) {
+		return fmt.Errorf("%w: %w: the BMC refused these credentials at %s; they are tried again at %s, or as soon as they change (BMCs lock out clients that keep failing)",
+			ErrAuth, ErrLoginBudget, c.refusedAt.UTC().Format(time.RFC3339), c.refusedAt.Add(s.failWindow).UTC().Format(time.RFC3339))
+	}
+	if len(c.fails) >= s.maxFailures {
+		return fmt.Errorf("%w: %w: %d refused logins within %s (bmc.failedLogins); the next is tried at %s",
+			ErrAuth, ErrLoginBudget, len(c.fails), s.failWindow, c.fails[0].Add(s.failWindow).UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 var _ Driver = (*Sessions)(nil)
@@ -80,10 +126,17 @@ func (s *Sessions) PowerState(ctx context.Context, t Target) (string, error) {
 	if t.Protocol != inventory.ProtocolRedfish {
 		return BMCLib{Credentials: s.creds}.PowerState(ctx, t)
 	}
+	raw, _, err := s.readRedfish(ctx, t)
+	return raw, err
+}
+
+// readRedfish reads the power state and system UUID of a Redfish host on its kept
+// session.
+func (s *Sessions) readRedfish(ctx context.Context, t Target) (string, string, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return "", fmt.Errorf("%w: the BMC driver is shut down", ErrUnreachable)
+		return "", "", fmt.Errorf("%w: the BMC driver is shut down", ErrUnreachable)
 	}
 	c := s.conns[t.Host]
 	if c == nil {
@@ -95,38 +148,38 @@ func (s *Sessions) PowerState(ctx context.Context, t Target) (string, error) {
 	select {
 	case c.lock <- struct{}{}:
 	case <-ctx.Done():
-		return "", fmt.Errorf("%w: the previous call to this BMC has not returned: %w", ErrUnreachable, ctx.Err())
+		return "", "", fmt.Errorf("%w: the previous call to this BMC has not returned: %w", ErrUnreachable, ctx.Err())
 	}
 	creds, err := credentialsOf(ctx, s.creds, t)
 	if err != nil {
 		<-c.lock
-		return "", err
+		return "", "", err
 	}
 	type result struct {
-		state string
-		err   error
+		state, uuid string
+		err         error
 	}
 	done := make(chan result, 1)
 	go func() {
-		state, err := s.read(ctx, c, t, creds)
+		state, uuid, err := s.read(ctx, c, t, creds)
 		if errors.Is(err, ErrAuth) {
 			if inv, ok := s.creds.(invalidator); ok {
 				inv.Invalidate(t) // a rotated Secret is read again on the next call
 			}
 		}
 		<-c.lock // before answering: the caller's next call finds the BMC free
-		done <- result{state, err}
+		done <- result{state, uuid, err}
 	}()
 	select {
 	case r := <-done:
-		return r.state, r.err
+		return r.state, r.uuid, r.err
 	case <-ctx.Done():
-		return "", fmt.Errorf("%w: %w", ErrUnreachable, ctx.Err())
+		return "", "", fmt.Errorf("%w: %w", ErrUnreachable, ctx.Err())
 	}
 }
 
 // read runs with c.lock held.
-func (s *Sessions) read(ctx context.Context, c *conn, t Target, creds Credentials) (string, error) {
+func (s *Sessions) read(ctx context.Context, c *conn, t Target, creds Credentials) (string, string, error) {
 	logger := klog.FromContext(ctx).WithValues("host", t.Host)
 	key := fingerprint(t, creds)
 	if c.client != nil && c.key != key {
@@ -134,52 +187,70 @@ func (s *Sessions) read(ctx context.Context, c *conn, t Target, creds Credential
 		s.logout(ctx, c)
 	}
 	if err := ctx.Err(); err != nil {
-		// Abandoned before it began: bmclib would turn an expired deadline into none.
-		return "", fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return "", "", fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	reused := c.client != nil
 	if !reused {
 		if err := s.login(ctx, c, t, creds, key); err != nil {
-			return "", err
+			return "", "", err
 		}
 	}
 	c.used = time.Now()
-	state, err := c.client.GetPowerState(ctx)
-	if err != nil && reused && errors.Is(classify(err), ErrAuth) {
+	state, uuid, err := c.client.readSystem(ctx, t)
+	if err != nil && c.client.basic && errors.Is(err, ErrAuth) {
+		// With Basic auth every request is a login: a refusal counts against the
+		// budget, and the next read asks the budget first.
+		c.fails = append(c.fails, c.used)
+		c.refusedKey, c.refusedAt = key, c.used
+		s.logout(ctx, c)
+		return "", "", err
+	}
+	if err != nil && reused && errors.Is(err, ErrAuth) {
 		// The BMC no longer accepts the session (expired, or the BMC rebooted).
 		logger.V(2).Info("BMC session no longer accepted: logging in again")
 		s.logout(ctx, c)
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("%w: %w", ErrUnreachable, ctx.Err())
+			return "", "", fmt.Errorf("%w: %w", ErrUnreachable, ctx.Err())
 		}
 		if err := s.login(ctx, c, t, creds, key); err != nil {
-			return "", err
+			return "", "", err
 		}
-		state, err = c.client.GetPowerState(ctx)
+		state, uuid, err = c.client.readSystem(ctx, t)
 	}
 	c.healthy = err == nil
-	return state, classifyOrNil(err)
+	return state, uuid, err
 }
 
 func (s *Sessions) login(ctx context.Context, c *conn, t Target, creds Credentials, key [32]byte) error {
-	client, err := newClient(t, creds)
+	now := time.Now()
+	if err := s.loginAllowed(c, key, now); err != nil {
+		return err
+	}
+	client, err := newRedfishConn(t, creds)
 	if err != nil {
 		return err
 	}
-	if err := client.Open(ctx); err != nil {
-		// gofish creates the session last: a failed Open leaves none to log out.
-		return classify(err)
+	if err := client.login(ctx); err != nil {
+		client.http.CloseIdleConnections()
+		if errors.Is(err, ErrAuth) {
+			c.fails = append(c.fails, now)
+			c.refusedKey, c.refusedAt = key, now
+		}
+		return err // a failed login leaves no session to log out
+	}
+	if c.refusedKey == key {
+		c.refusedKey = [32]byte{}
 	}
 	c.client, c.key, c.target, c.used, c.healthy = client, key, t, time.Now(), false
 	return nil
 }
 
-// logout ends c's session (best effort: bmclib reports no logout error) and forgets it.
+// logout ends c's session (best effort) and forgets it.
 func (s *Sessions) logout(ctx context.Context, c *conn) {
 	if c.client == nil {
 		return
 	}
-	_ = c.client.Close(ctx)
+	c.client.logout(ctx)
 	c.client, c.healthy = nil, false
 }
 
@@ -215,10 +286,10 @@ func (s *Sessions) CloseIdle(ctx context.Context, idle, timeout time.Duration) {
 			return
 		}
 		if !c.healthy {
-			_, err := c.client.GetPowerState(ctx)
+			_, _, err := c.client.readSystem(ctx, c.target)
 			switch {
 			case err == nil:
-			case errors.Is(classify(err), ErrAuth):
+			case errors.Is(err, ErrAuth):
 				c.client = nil
 				return
 			case time.Since(c.used) > maxKeep:

@@ -33,6 +33,8 @@ const (
 	DefaultBMCBackoffMax     = 5 * time.Minute
 	DefaultBMCReady          = 5 * time.Minute
 	DefaultBMCNotReady       = 10 * time.Second
+	DefaultMaxFailedLogins   = 2
+	DefaultFailedLoginWindow = 10 * time.Minute
 )
 
 // Defaults and bounds of the deletion guard, the inventory rules and the power-off
@@ -118,6 +120,12 @@ func SetDefaults(c *CloudConfig) {
 	}
 	if b.FailureThreshold == 0 {
 		b.FailureThreshold = DefaultBMCFailures
+	}
+	if b.FailedLogins.MaxFailures == 0 {
+		b.FailedLogins.MaxFailures = DefaultMaxFailedLogins
+	}
+	if b.FailedLogins.Window == nil {
+		b.FailedLogins.Window = &metav1.Duration{Duration: DefaultFailedLoginWindow}
 	}
 	setLoadBalancerDefaults(c.LoadBalancer)
 	setBGPDefaults(c.BGP)
@@ -294,6 +302,12 @@ func validateBMC(b *BMCConfig, p *field.Path) field.ErrorList {
 	if b.BackoffMax.Duration < b.BackoffInitial.Duration {
 		errs = append(errs, field.Invalid(p.Child("backoffMax"), b.BackoffMax.Duration.String(), "must not be shorter than backoffInitial"))
 	}
+	fp := p.Child("failedLogins")
+	if b.FailedLogins.MaxFailures < 1 {
+		errs = append(errs, field.Invalid(fp.Child("maxFailures"), b.FailedLogins.MaxFailures, "must be 1 or more (keep it below the BMCs' own lockout threshold, often 3)"))
+	}
+	errs = append(errs, validateAtLeast(b.FailedLogins.Window, time.Minute, fp.Child("window"),
+		"refused credentials must not be retried sooner: BMCs lock a client out after a few failed logins")...)
 	return errs
 }
 

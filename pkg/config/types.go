@@ -65,6 +65,21 @@ type BMCConfig struct {
 	// of a NotReady Node are refreshed. Defaults: 5m and 10s.
 	ReadyInterval    *metav1.Duration `json:"readyInterval,omitempty"`
 	NotReadyInterval *metav1.Duration `json:"notReadyInterval,omitempty"`
+	// FailedLogins keeps the CCM well below the failed-login limits after which real
+	// BMCs lock a client out (iDRAC blocks the client's IP for 600 s after the third
+	// failure).
+	FailedLogins FailedLoginBudget `json:"failedLogins"`
+}
+
+// FailedLoginBudget bounds the refused logins per BMC: credentials a BMC refused are
+// not tried again on it until they change or Window has passed, and after MaxFailures
+// refusals within Window no login is tried on it until the oldest leaves the window.
+type FailedLoginBudget struct {
+	// MaxFailures refused logins per BMC within Window. Default: 2; at least 1.
+	MaxFailures int32 `json:"maxFailures,omitempty"`
+	// Window of MaxFailures, and how long refused credentials are not retried.
+	// Default: 10m; at least 1m.
+	Window *metav1.Duration `json:"window,omitempty"`
 }
 
 // InventoryConfig selects exactly one inventory source.

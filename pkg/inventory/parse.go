@@ -29,8 +29,11 @@ const LabelRack = LabelPrefix + "rack"
 var ErrInvalid = errors.New("invalid inventory")
 
 var (
-	uuidRE     = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	reservedRE = regexp.MustCompile(`(^|\.)(kubernetes|k8s)\.io/`)
+	// systemIDRE and systemPathRE accept a Redfish ComputerSystem's Id and its URI.
+	systemIDRE   = regexp.MustCompile(`^[A-Za-z0-9._~:@!$&'()*+,;=-]{1,128}$`)
+	systemPathRE = regexp.MustCompile(`^/redfish/v1/Systems/[A-Za-z0-9._~:@!$&'()*+,;=-]{1,128}$`)
+	uuidRE       = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	reservedRE   = regexp.MustCompile(`(^|\.)(kubernetes|k8s)\.io/`)
 )
 
 // ParseOptions are the CloudConfig's rules an inventory must follow beyond its own
@@ -260,6 +263,16 @@ func validateBMC(b *BMC, p *field.Path, opts ParseOptions) field.ErrorList {
 	}
 	if b.CAFile != "" && !strings.HasPrefix(b.CAFile, "/") {
 		errs = append(errs, field.Invalid(p.Child("caFile"), b.CAFile, "must be an absolute path"))
+	}
+	if b.System != "" {
+		switch {
+		case b.Protocol != ProtocolRedfish:
+			errs = append(errs, field.Invalid(p.Child("system"), b.System, "applies to redfish only"))
+		case strings.HasPrefix(b.System, "/") && !systemPathRE.MatchString(b.System):
+			errs = append(errs, field.Invalid(p.Child("system"), b.System, "must be a ComputerSystem's Id (Blade3) or its path (/redfish/v1/Systems/Blade3)"))
+		case !strings.HasPrefix(b.System, "/") && !systemIDRE.MatchString(b.System):
+			errs = append(errs, field.Invalid(p.Child("system"), b.System, "must be a ComputerSystem's Id (Blade3) or its path (/redfish/v1/Systems/Blade3)"))
+		}
 	}
 	if b.Protocol == ProtocolIPMI && (b.InsecureSkipVerify || b.CAFile != "") {
 		errs = append(errs, field.Invalid(p.Child("insecureSkipVerify"), b.InsecureSkipVerify, "caFile and insecureSkipVerify apply to redfish (TLS) only"))

@@ -335,3 +335,25 @@ func TestParseZeroOptions(t *testing.T) {
 		t.Fatal("ParseWith with the default CloudConfig accepted /anywhere/h1")
 	}
 }
+
+// TestParseBMCSystem: a Redfish host may name its ComputerSystem by Id or path.
+func TestParseBMCSystem(t *testing.T) {
+	doc := func(system string) string {
+		return "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: h\n  bmc: {protocol: redfish, address: 10.0.0.1, credentialsFile: /c, system: " + system + "}\n"
+	}
+	for _, ok := range []string{"Blade3", "/redfish/v1/Systems/Blade3", "437XR1138R2", "system-1.a"} {
+		if _, err := Parse([]byte(doc(ok))); err != nil {
+			t.Errorf("system %q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"/redfish/v1/Chassis/1", `"a b"`, "/redfish/v1/Systems/", "/redfish/v1/Systems/a/b"} {
+		_, err := Parse([]byte(doc(bad)))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "hosts[0].bmc.system") {
+			t.Errorf("system %s: %v, want an error naming hosts[0].bmc.system", bad, err)
+		}
+	}
+	_, err := Parse([]byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: h\n  bmc: {protocol: ipmi, address: 10.0.0.1, credentialsFile: /c, system: x}\n"))
+	if err == nil || !strings.Contains(err.Error(), "applies to redfish only") {
+		t.Errorf("ipmi with system: %v", err)
+	}
+}

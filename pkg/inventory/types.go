@@ -111,6 +111,11 @@ type BMC struct {
 	CAFile string `json:"caFile,omitempty"`
 	// InsecureSkipVerify disables TLS verification for this BMC. Explicit opt-in only.
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+	// System names the host's ComputerSystem on a Redfish service with several (a
+	// blade enclosure, a partitioned or composed system): its Id ("Blade3") or its
+	// path ("/redfish/v1/Systems/Blade3"). Unset: the only system, or the one whose
+	// UUID is the host's systemUUID.
+	System string `json:"system,omitempty"`
 }
 
 // SecretRef names a Secret.

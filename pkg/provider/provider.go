@@ -122,6 +122,7 @@ func New(cfg *config.CloudConfig) (*Cloud, error) {
 	b := cfg.BMC
 	creds := bmc.NewSecrets(nil, time.Minute, nil) // its client comes with Initialize
 	sessions := bmc.NewSessions(creds, bmc.DefaultSessionIdle)
+	sessions.SetLoginBudget(int(b.FailedLogins.MaxFailures), b.FailedLogins.Window.Duration)
 	power := bmc.NewService(sessions, bmc.Config{
 		CallTimeout: b.CallTimeout.Duration, CacheTTL: b.CacheTTL.Duration, MaxConcurrent: int(b.MaxConcurrent),
 		FailureThreshold: int(b.FailureThreshold), BackoffBase: b.BackoffInitial.Duration, BackoffMax: b.BackoffMax.Duration,

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -26,6 +27,9 @@ const (
 	DefaultChassisID      = "1"
 	DefaultMaxSessions    = 4
 	DefaultRedfishVersion = "1.17.0"
+
+	// DefaultLockoutDuration is Options.LockoutDuration's default.
+	DefaultLockoutDuration = 10 * time.Minute
 )
 
 // Options configures a BMC. The zero value is a usable BMC: TLS on a random
@@ -53,7 +57,8 @@ type Options struct {
 	// matches it). Default "System".
 	SystemName string
 	// Manufacturer, Model and SerialNumber of the ComputerSystem. Defaults:
-	// "Contoso", "Emulated Server", "SN" + the system UUID's first group.
+	// "Contoso", "Emulated Server", "SN" + the system UUID's first group
+	// (each system's own; a SerialNumber set here is every system's).
 	// bmclib's "dell" driver, registered for the "redfish" protocol like
 	// "gofish", stays open only if Manufacturer contains "dell" (it always
 	// dials port 443, ignoring WithRedfishPort).
@@ -96,9 +101,63 @@ type Options struct {
 	// configured to; only session tokens are then accepted.
 	DisableBasicAuth bool
 
+	// Systems puts several ComputerSystems behind the BMC, as a bladed or
+	// partitioned service has, listed in this order in /redfish/v1/Systems.
+	// It replaces SystemID, SystemName, SystemUUID and InitialPowerState
+	// (setting any of them too panics); its first system is the one
+	// SystemPath, PowerState and SetPowerState concern. Empty: one system
+	// built from those four fields.
+	Systems []SystemSpec
+	// ModernSchema adds to every ComputerSystem properties of recent schema
+	// versions (@odata.type ComputerSystem.v1_22_0): OperatingSystem (a link
+	// to a served OperatingSystem resource), BootProgress and Composition
+	// (objects) and PowerMode. Without it the ComputerSystem is unchanged.
+	ModernSchema bool
+	// NoSessionService makes a service without sessions: the ServiceRoot has
+	// no SessionService and no Links.Sessions, the login POST answers 404,
+	// and the SessionService and its Sessions answer 404 (401 first without
+	// credentials, like any unknown path). Only Basic auth works, so it
+	// cannot be combined with DisableBasicAuth (NewBMC panics).
+	NoSessionService bool
+	// LockoutAfter locks a client IP out, as iDRAC does after three, once
+	// that many authentications with bad credentials (session login or
+	// Basic) came from it, each less than LockoutDuration after the previous
+	// one. While locked out, every authentication from that IP (right
+	// password, session token) answers 401 without its credentials being
+	// checked or counted; the lockout ends LockoutDuration after the last
+	// failure, and the count with it. A success does not clear the count.
+	// Zero: never.
+	LockoutAfter int
+	// LockoutDuration is the lockout's length and the window in which
+	// failures add up. Default 10 minutes when LockoutAfter is set.
+	LockoutDuration time.Duration
+	// LoginDelay holds the answer to every successful login for that long
+	// after the session was created (the session exists and counts during
+	// the wait). A client that gives up, or Close, ends the wait with no
+	// answer. Other requests are not delayed.
+	LoginDelay time.Duration
+
 	// ErrorLog receives the HTTP server's own errors (TLS handshake
 	// failures, for example). Nil discards them.
 	ErrorLog *log.Logger
+}
+
+// SystemSpec describes one ComputerSystem of Options.Systems.
+type SystemSpec struct {
+	// ID is the last segment of the system's URI, /redfish/v1/Systems/{ID}:
+	// required, unique, without "/".
+	ID string
+	// Name is the system's Name; several systems may share one (DMTF's
+	// bladed mockup names all its blades "Bladed System"). Default "System".
+	Name string
+	// UUID is the system's UUID. Random when empty.
+	UUID string
+	// InitialPowerState is PowerOn (the default) or PowerOff.
+	InitialPowerState PowerState
+	// OmitPowerState leaves PowerState out of the system's resource, as a
+	// service that cannot report the system's power does. Resets still work
+	// and SystemPowerState still reports the emulated state.
+	OmitPowerState bool
 }
 
 // Request is one request as the BMC received it, before any fault injection.
@@ -111,9 +170,9 @@ type Request struct {
 	Auth string
 }
 
-// BMC is an emulated Redfish BMC managing one server. All its methods are
-// safe for concurrent use. Create it with NewBMC, then Start it; Close
-// releases everything.
+// BMC is an emulated Redfish BMC managing one server, or several
+// (Options.Systems). All its methods are safe for concurrent use. Create it
+// with NewBMC, then Start it; Close releases everything.
 type BMC struct {
 	opts Options
 	ca   *CA
@@ -131,14 +190,16 @@ type BMC struct {
 	connsWG     sync.WaitGroup        // one per connection until StateClosed
 	serveDone   chan struct{}
 	done        chan struct{} // closed by Close: ends hung and delayed requests
-	power       power
+	systems     []*system     // in Options.Systems order; their power and resets are guarded by mu
 	resets      []ResetType
 	sessions    map[string]*session // by ID
 	byToken     map[string]*session
 	nextSession int
 	created     int
 	deleted     int
-	loginFails  int
+	loginFails  int                 // session logins refused for bad credentials
+	basicFails  int                 // Basic auth refused for bad credentials
+	lockouts    map[string]*lockout // by client IP
 	requests    map[string]int
 	reqLog      []Request
 	latency     time.Duration
@@ -148,14 +209,32 @@ type BMC struct {
 	exhausted   bool
 }
 
+// system is one ComputerSystem.
+type system struct {
+	id, name, uuid, serial string
+	omitPower              bool
+	power                  power
+	resets                 []ResetType
+}
+
+func (s *system) path() string { return systemsPath + "/" + s.id }
+
+// lockout counts one client IP's recent authentication failures.
+type lockout struct {
+	fails int
+	last  time.Time // of the last failure
+}
+
 type session struct {
 	id, token, user string
 	created, used   time.Time
 }
 
 // NewBMC returns an unstarted BMC. It panics if opts are invalid (an unknown
-// InitialPowerState or ResetType, a SessionLimitStatus outside 100-599) or
-// if it cannot generate a CA, as httptest does with its own setup failures.
+// InitialPowerState or ResetType, a SessionLimitStatus outside 100-599, bad
+// or conflicting Systems, NoSessionService with DisableBasicAuth, a negative
+// LockoutAfter, LockoutDuration or LoginDelay) or if it cannot generate a
+// CA, as httptest does with its own setup failures.
 func NewBMC(opts Options) *BMC {
 	if opts.Username == "" {
 		opts.Username = DefaultUsername
@@ -166,20 +245,12 @@ func NewBMC(opts Options) *BMC {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:0"
 	}
-	if opts.SystemID == "" {
-		opts.SystemID = DefaultSystemID
-	}
+	systems := newSystems(&opts)
 	if opts.ManagerID == "" {
 		opts.ManagerID = DefaultManagerID
 	}
 	if opts.ChassisID == "" {
 		opts.ChassisID = DefaultChassisID
-	}
-	if opts.SystemName == "" {
-		opts.SystemName = "System"
-	}
-	if opts.SystemUUID == "" {
-		opts.SystemUUID = newUUID()
 	}
 	if opts.ServiceUUID == "" {
 		opts.ServiceUUID = newUUID()
@@ -190,18 +261,17 @@ func NewBMC(opts Options) *BMC {
 	if opts.Model == "" {
 		opts.Model = "Emulated Server"
 	}
+	for _, sys := range systems {
+		sys.serial = opts.SerialNumber
+		if sys.serial == "" {
+			sys.serial = "SN" + sys.uuid[:8]
+		}
+	}
 	if opts.SerialNumber == "" {
-		opts.SerialNumber = "SN" + opts.SystemUUID[:8]
+		opts.SerialNumber = systems[0].serial
 	}
 	if opts.RedfishVersion == "" {
 		opts.RedfishVersion = DefaultRedfishVersion
-	}
-	switch opts.InitialPowerState {
-	case "":
-		opts.InitialPowerState = PowerOn
-	case PowerOn, PowerOff:
-	default:
-		panic(fmt.Sprintf("redfish: InitialPowerState %q is not On or Off", opts.InitialPowerState))
 	}
 	if opts.AllowedResetTypes == nil {
 		opts.AllowedResetTypes = AllResetTypes
@@ -221,6 +291,15 @@ func NewBMC(opts Options) *BMC {
 	if opts.SessionLimitStatus < 100 || opts.SessionLimitStatus > 599 {
 		panic(fmt.Sprintf("redfish: SessionLimitStatus %d is not an HTTP status", opts.SessionLimitStatus))
 	}
+	if opts.NoSessionService && opts.DisableBasicAuth {
+		panic("redfish: NoSessionService with DisableBasicAuth leaves no way to authenticate")
+	}
+	if opts.LockoutAfter < 0 || opts.LockoutDuration < 0 || opts.LoginDelay < 0 {
+		panic("redfish: negative LockoutAfter, LockoutDuration or LoginDelay")
+	}
+	if opts.LockoutAfter > 0 && opts.LockoutDuration == 0 {
+		opts.LockoutDuration = DefaultLockoutDuration
+	}
 	if opts.ErrorLog == nil {
 		opts.ErrorLog = log.New(io.Discard, "", 0)
 	}
@@ -232,8 +311,9 @@ func NewBMC(opts Options) *BMC {
 		sessions: map[string]*session{},
 		byToken:  map[string]*session{},
 		requests: map[string]int{},
+		systems:  systems,
+		lockouts: map[string]*lockout{},
 	}
-	b.power.final = opts.InitialPowerState
 	if !opts.PlainHTTP && b.ca == nil {
 		ca, err := NewCA()
 		if err != nil {
@@ -242,6 +322,48 @@ func NewBMC(opts Options) *BMC {
 		b.ca = ca
 	}
 	return b
+}
+
+// newSystems validates and completes opts' systems: Options.Systems, or the
+// single system of SystemID, SystemName, SystemUUID and InitialPowerState,
+// which it then sets to the first system's values.
+func newSystems(opts *Options) []*system {
+	specs := opts.Systems
+	if len(specs) == 0 {
+		specs = []SystemSpec{{ID: opts.SystemID, Name: opts.SystemName, UUID: opts.SystemUUID, InitialPowerState: opts.InitialPowerState}}
+		if specs[0].ID == "" {
+			specs[0].ID = DefaultSystemID
+		}
+	} else if opts.SystemID != "" || opts.SystemName != "" || opts.SystemUUID != "" || opts.InitialPowerState != "" {
+		panic("redfish: Systems replaces SystemID, SystemName, SystemUUID and InitialPowerState; set only one of them")
+	}
+	out := make([]*system, 0, len(specs))
+	seen := map[string]bool{}
+	for _, sp := range specs {
+		if len(opts.Systems) > 0 && (sp.ID == "" || strings.Contains(sp.ID, "/") || seen[sp.ID]) {
+			panic(fmt.Sprintf("redfish: system ID %q is empty, has a slash or is a duplicate", sp.ID))
+		}
+		seen[sp.ID] = true
+		if sp.Name == "" {
+			sp.Name = "System"
+		}
+		if sp.UUID == "" {
+			sp.UUID = newUUID()
+		}
+		switch sp.InitialPowerState {
+		case "":
+			sp.InitialPowerState = PowerOn
+		case PowerOn, PowerOff:
+		default:
+			panic(fmt.Sprintf("redfish: InitialPowerState %q is not On or Off", sp.InitialPowerState))
+		}
+		s := &system{id: sp.ID, name: sp.Name, uuid: sp.UUID, omitPower: sp.OmitPowerState}
+		s.power.final = sp.InitialPowerState
+		out = append(out, s)
+	}
+	opts.SystemID, opts.SystemName, opts.SystemUUID = out[0].id, out[0].name, out[0].uuid
+	opts.InitialPowerState = out[0].power.final
+	return out
 }
 
 // Start listens on Options.Addr and serves in the background. It fails if
@@ -379,7 +501,7 @@ func (b *BMC) Username() string { return b.opts.Username }
 // Password returns the valid password.
 func (b *BMC) Password() string { return b.opts.Password }
 
-// SystemPath returns the ComputerSystem's URI, /redfish/v1/Systems/{id}.
+// SystemPath returns the (first) ComputerSystem's URI, /redfish/v1/Systems/{id}.
 func (b *BMC) SystemPath() string { return "/redfish/v1/Systems/" + b.opts.SystemID }
 
 // CA returns the certificate of the CA that issued the server certificate,
@@ -420,30 +542,59 @@ func (b *BMC) Client() *http.Client {
 
 // ---- state and counters ----
 
-// PowerState returns the host's power state now (PoweringOn/PoweringOff
-// during a transition).
-func (b *BMC) PowerState() PowerState {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.power.current(b.now())
-}
+// PowerState returns the (first) host's power state now
+// (PoweringOn/PoweringOff during a transition).
+func (b *BMC) PowerState() PowerState { return b.SystemPowerState(b.systems[0].id) }
 
-// SetPowerState sets the host's power state at once, cancelling any
+// SetPowerState sets the (first) host's power state at once, cancelling any
 // transition, as if someone pressed the button or pulled the plug. Any
 // PowerState is accepted, transitional ones included (they then last until
 // the next change).
-func (b *BMC) SetPowerState(s PowerState) {
+func (b *BMC) SetPowerState(s PowerState) { b.SetSystemPowerState(b.systems[0].id, s) }
+
+// SystemPowerState is PowerState for the system with the given ID. It panics
+// if there is no such system.
+func (b *BMC) SystemPowerState(id string) PowerState {
+	sys := b.system(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.power.set(s)
+	return sys.power.current(b.now())
 }
 
-// Resets returns the ResetTypes of every accepted ComputerSystem.Reset, in
-// order (no-ops included, refused ones not).
+// SetSystemPowerState is SetPowerState for the system with the given ID. It
+// panics if there is no such system.
+func (b *BMC) SetSystemPowerState(id string, s PowerState) {
+	sys := b.system(id)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sys.power.set(s)
+}
+
+// system returns the system with the given ID, or panics.
+func (b *BMC) system(id string) *system {
+	for _, s := range b.systems {
+		if s.id == id {
+			return s
+		}
+	}
+	panic(fmt.Sprintf("redfish: no system %q", id))
+}
+
+// Resets returns the ResetTypes of every accepted ComputerSystem.Reset, on
+// any system, in order (no-ops included, refused ones not).
 func (b *BMC) Resets() []ResetType {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]ResetType(nil), b.resets...)
+}
+
+// SystemResets is Resets for the system with the given ID only. It panics
+// if there is no such system.
+func (b *BMC) SystemResets(id string) []ResetType {
+	sys := b.system(id)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]ResetType(nil), sys.resets...)
 }
 
 // ActiveSessions returns the number of live sessions (expired ones are not
@@ -470,11 +621,36 @@ func (b *BMC) SessionsDeleted() int {
 	return b.deleted
 }
 
-// LoginFailures returns the number of logins refused for bad credentials.
+// LoginFailures returns the number of session logins refused for bad
+// credentials (Basic auth failures are not counted; see FailedLogins).
 func (b *BMC) LoginFailures() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.loginFails
+}
+
+// FailedLogins returns the number of authentications refused for bad
+// credentials, session logins (LoginFailures) and Basic auth together: the
+// failures Options.LockoutAfter counts. Attempts refused by a lockout are
+// not failures.
+func (b *BMC) FailedLogins() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.loginFails + b.basicFails
+}
+
+// LockedOut reports whether some client IP is locked out now
+// (Options.LockoutAfter).
+func (b *BMC) LockedOut() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	for ip := range b.lockouts {
+		if b.lockedOutLocked(ip, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // ExpireSessions invalidates every session at once, as a BMC reboot does:

@@ -1,5 +1,5 @@
-// Package redfish emulates a Redfish BMC (DMTF DSP0266) managing one server,
-// for tests of code that drives BMCs through bmclib's "gofish" provider
+// Package redfish emulates a Redfish BMC (DMTF DSP0266) managing one server
+// (or several ComputerSystems, Options.Systems), for tests of code that drives BMCs through bmclib's "gofish" provider
 // (github.com/stmcginnis/gofish) or any other Redfish client.
 //
 // A BMC serves, on a loopback address only, over TLS with a certificate from
@@ -14,6 +14,7 @@
 //	DELETE /redfish/v1/SessionService/Sessions/{id}        logout
 //	GET    /redfish/v1/Systems, /redfish/v1/Systems/{id}   ComputerSystem with PowerState and an ETag
 //	POST   /redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset
+//	GET    /redfish/v1/Systems/{id}/OperatingSystem         with Options.ModernSchema only
 //	GET    /redfish/v1/Managers, /redfish/v1/Managers/{id}
 //	POST   /redfish/v1/Managers/{id}/Actions/Manager.Reset  ends every session (a BMC reboot)
 //	GET    /redfish/v1/Chassis, /redfish/v1/Chassis/{id}
@@ -35,6 +36,16 @@
 //     Options.SessionLimitStatus (503, like iDRAC) and a SessionLimitExceeded
 //     body; ActiveSessions, SessionsCreated and SessionsDeleted let a test
 //     prove that a client never leaks sessions.
+//   - Shapes of real services, each off by default: several systems behind
+//     one BMC, possibly sharing a Name, each with its own power state and
+//     Reset, one possibly without PowerState (Options.Systems, as DMTF's
+//     bladed mockup); fields of ComputerSystem v1_22 that older clients
+//     mis-decode (Options.ModernSchema: OperatingSystem, BootProgress and
+//     Composition objects, PowerMode); a service without SessionService,
+//     Basic auth only (Options.NoSessionService); a client IP locked out
+//     after Options.LockoutAfter bad credentials, as iDRAC does, for
+//     Options.LockoutDuration by the BMC's clock; a login whose answer comes
+//     Options.LoginDelay after its session was created.
 //   - Fault switches (SetLatency, SetHang, SetFailStatus, SetMalformed,
 //     SetSessionExhausted) can be flipped at any time from any goroutine.
 //   - Close closes the listener and every connection, ends hung and delayed

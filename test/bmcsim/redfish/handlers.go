@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -122,16 +123,7 @@ func (b *BMC) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// all: ErrAbortHandler drops the connection (returning normally would
 	// send an empty 200).
 	if latency > 0 {
-		t := time.NewTimer(latency)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			panic(http.ErrAbortHandler)
-		case <-b.done:
-			t.Stop()
-			panic(http.ErrAbortHandler)
-		}
+		b.pause(r, latency)
 	}
 	if hang != nil {
 		select {
@@ -175,6 +167,10 @@ func (b *BMC) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		rs.json(http.StatusOK, b.serviceRoot())
 		return
 	case p == sessionsPath && r.Method == http.MethodPost:
+		if b.opts.NoSessionService {
+			rs.notFound(r.URL.Path)
+			return
+		}
 		b.login(rs, r)
 		return
 	}
@@ -186,13 +182,33 @@ func (b *BMC) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	b.route(rs, r, p)
 }
 
+// pause waits d, or ends the request with no answer at all if its client
+// goes away or the BMC closes: ErrAbortHandler drops the connection
+// (returning normally would send an empty 200).
+func (b *BMC) pause(r *http.Request, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		panic(http.ErrAbortHandler)
+	case <-b.done:
+		panic(http.ErrAbortHandler)
+	}
+}
+
 // authenticate checks X-Auth-Token (preferred) or Basic credentials, and
-// renews the session a valid token belongs to.
+// renews the session a valid token belongs to. A locked-out client is
+// refused whatever it sends; a Basic failure counts towards its lockout.
 func (b *BMC) authenticate(r *http.Request) bool {
+	ip := clientIP(r)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	if b.lockedOutLocked(ip, now) {
+		return false
+	}
 	if tok := r.Header.Get("X-Auth-Token"); tok != "" {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		now := b.now()
 		b.expireLocked(now)
 		s := b.byToken[tok]
 		if s == nil {
@@ -205,7 +221,54 @@ func (b *BMC) authenticate(r *http.Request) bool {
 		return false
 	}
 	user, pass, ok := r.BasicAuth()
-	return ok && b.validCredentials(user, pass)
+	if !ok {
+		return false
+	}
+	if !b.validCredentials(user, pass) {
+		b.basicFails++
+		b.failLocked(ip, now)
+		return false
+	}
+	return true
+}
+
+// clientIP is the host part of r's remote address.
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// lockedOutLocked reports whether ip is locked out at now, forgetting its
+// failures once LockoutDuration has passed since the last one.
+func (b *BMC) lockedOutLocked(ip string, now time.Time) bool {
+	l := b.lockouts[ip]
+	if l == nil {
+		return false
+	}
+	if now.Sub(l.last) >= b.opts.LockoutDuration {
+		delete(b.lockouts, ip)
+		return false
+	}
+	return l.fails >= b.opts.LockoutAfter
+}
+
+// failLocked counts an authentication failure from ip towards its lockout.
+// Its callers first ask lockedOutLocked, which forgets failures too old to
+// count.
+func (b *BMC) failLocked(ip string, now time.Time) {
+	if b.opts.LockoutAfter <= 0 {
+		return
+	}
+	l := b.lockouts[ip]
+	if l == nil {
+		l = &lockout{}
+		b.lockouts[ip] = l
+	}
+	l.fails++
+	l.last = now
 }
 
 func (b *BMC) validCredentials(user, pass string) bool {
@@ -228,7 +291,6 @@ func (b *BMC) expireLocked(now time.Time) {
 }
 
 func (b *BMC) route(rs responder, r *http.Request, p string) {
-	sys := b.SystemPath()
 	mgr := managersPath + "/" + b.opts.ManagerID
 	ch := chassisPath + "/" + b.opts.ChassisID
 	get := func(v func() map[string]any) {
@@ -237,6 +299,35 @@ func (b *BMC) route(rs responder, r *http.Request, p string) {
 			return
 		}
 		rs.json(http.StatusOK, v())
+	}
+	if b.opts.NoSessionService && (p == sessionService || strings.HasPrefix(p, sessionService+"/")) {
+		rs.notFound(r.URL.Path)
+		return
+	}
+	for _, sys := range b.systems {
+		switch p {
+		case sys.path():
+			if !isRead(r) {
+				rs.methodNotAllowed(http.MethodGet, http.MethodHead)
+				return
+			}
+			doc, etag := b.systemDoc(sys)
+			rs.w.Header().Set("ETag", etag)
+			rs.json(http.StatusOK, doc)
+			return
+		case sys.path() + "/Actions/ComputerSystem.Reset":
+			if r.Method != http.MethodPost {
+				rs.methodNotAllowed(http.MethodPost)
+				return
+			}
+			b.reset(rs, r, sys)
+			return
+		case sys.path() + "/OperatingSystem":
+			if b.opts.ModernSchema {
+				get(func() map[string]any { return operatingSystemDoc(sys) })
+				return
+			}
+		}
 	}
 	switch p {
 	case sessionService:
@@ -249,22 +340,8 @@ func (b *BMC) route(rs responder, r *http.Request, p string) {
 		rs.json(http.StatusOK, b.sessionCollection())
 	case systemsPath:
 		get(func() map[string]any {
-			return collection("#ComputerSystemCollection.ComputerSystemCollection", systemsPath, "Computer System Collection", sys)
+			return collection("#ComputerSystemCollection.ComputerSystemCollection", systemsPath, "Computer System Collection", b.systemPaths()...)
 		})
-	case sys:
-		if !isRead(r) {
-			rs.methodNotAllowed(http.MethodGet, http.MethodHead)
-			return
-		}
-		doc, etag := b.systemDoc()
-		rs.w.Header().Set("ETag", etag)
-		rs.json(http.StatusOK, doc)
-	case sys + "/Actions/ComputerSystem.Reset":
-		if r.Method != http.MethodPost {
-			rs.methodNotAllowed(http.MethodPost)
-			return
-		}
-		b.reset(rs, r)
 	case managersPath:
 		get(func() map[string]any {
 			return collection("#ManagerCollection.ManagerCollection", managersPath, "Manager Collection", mgr)
@@ -318,18 +395,26 @@ func (b *BMC) login(rs responder, r *http.Request) {
 			return
 		}
 	}
-	if !b.validCredentials(*req.UserName, *req.Password) {
-		b.mu.Lock()
+	ip := clientIP(r)
+	b.mu.Lock()
+	now := b.now()
+	refusal := ""
+	switch {
+	case b.lockedOutLocked(ip, now):
+		refusal = "Too many failed logins: the client is locked out"
+	case !b.validCredentials(*req.UserName, *req.Password):
 		b.loginFails++
+		b.failLocked(ip, now)
+		refusal = "Invalid username or password"
+	}
+	if refusal != "" {
 		b.mu.Unlock()
 		rs.unauthorized(redfishError(msgResourceAtURIUnauthorized,
-			fmt.Sprintf("While accessing the resource at '%s', the service received an authorization error 'Invalid username or password'.", r.URL.Path),
+			fmt.Sprintf("While accessing the resource at '%s', the service received an authorization error '%s'.", r.URL.Path, refusal),
 			"Ensure that the appropriate access is provided for the service in order for it to access the URI."))
 		return
 	}
 
-	b.mu.Lock()
-	now := b.now()
 	b.expireLocked(now)
 	if b.exhausted || (b.opts.MaxSessions > 0 && len(b.sessions) >= b.opts.MaxSessions) {
 		b.mu.Unlock()
@@ -352,6 +437,9 @@ func (b *BMC) login(rs responder, r *http.Request) {
 	doc := sessionDoc(s)
 	b.mu.Unlock()
 
+	if b.opts.LoginDelay > 0 {
+		b.pause(r, b.opts.LoginDelay)
+	}
 	rs.w.Header().Set("X-Auth-Token", s.token)
 	rs.w.Header().Set("Location", sessionsPath+"/"+s.id)
 	rs.json(http.StatusCreated, doc)
@@ -422,7 +510,7 @@ func (b *BMC) sessionServiceDoc() map[string]any {
 
 // ---- power ----
 
-func (b *BMC) reset(rs responder, r *http.Request) {
+func (b *BMC) reset(rs responder, r *http.Request, sys *system) {
 	var req struct {
 		ResetType *ResetType
 	}
@@ -453,7 +541,7 @@ func (b *BMC) reset(rs responder, r *http.Request) {
 	b.mu.Lock()
 	now := b.now()
 	if ifMatch := r.Header.Get("If-Match"); b.opts.StrictETag && ifMatch != "" && ifMatch != "*" {
-		if cur := b.etagLocked(now); ifMatch != cur {
+		if cur := etagLocked(sys, now); ifMatch != cur {
 			b.mu.Unlock()
 			rs.json(http.StatusPreconditionFailed, redfishError(msgPreconditionFailed,
 				"The ETag supplied did not match the ETag required to change this resource.",
@@ -461,9 +549,10 @@ func (b *BMC) reset(rs responder, r *http.Request) {
 			return
 		}
 	}
-	err := b.power.reset(t, now, b.opts.TransitionDelay, b.opts.StrictReset)
+	err := sys.power.reset(t, now, b.opts.TransitionDelay, b.opts.StrictReset)
 	if err == nil {
 		b.resets = append(b.resets, t)
+		sys.resets = append(sys.resets, t)
 	}
 	b.mu.Unlock()
 
@@ -480,9 +569,9 @@ func (b *BMC) reset(rs responder, r *http.Request) {
 }
 
 // etagLocked is a weak ETag that changes whenever the ComputerSystem does.
-func (b *BMC) etagLocked(now time.Time) string {
+func etagLocked(sys *system, now time.Time) string {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d/%s", b.power.gen, b.power.current(now))
+	fmt.Fprintf(h, "%s/%d/%s", sys.id, sys.power.gen, sys.power.current(now))
 	return fmt.Sprintf(`W/"%016x"`, h.Sum64())
 }
 
@@ -509,7 +598,7 @@ func collection(odataType, path, name string, members ...string) map[string]any 
 }
 
 func (b *BMC) serviceRoot() map[string]any {
-	return map[string]any{
+	root := map[string]any{
 		"@odata.type":    "#ServiceRoot.v1_16_0.ServiceRoot",
 		"@odata.id":      rootPath + "/",
 		"Id":             "RootService",
@@ -534,31 +623,45 @@ func (b *BMC) serviceRoot() map[string]any {
 			"OnlyMemberQuery": false,
 		},
 	}
+	if b.opts.NoSessionService {
+		delete(root, "SessionService")
+		delete(root["Links"].(map[string]any), "Sessions")
+	}
+	return root
 }
 
-// systemDoc returns the ComputerSystem and its ETag.
-func (b *BMC) systemDoc() (map[string]any, string) {
+// systemPaths returns every ComputerSystem's URI, in Options.Systems order.
+func (b *BMC) systemPaths() []string {
+	paths := make([]string, len(b.systems))
+	for i, s := range b.systems {
+		paths[i] = s.path()
+	}
+	return paths
+}
+
+// systemDoc returns a ComputerSystem and its ETag.
+func (b *BMC) systemDoc(s *system) (map[string]any, string) {
 	b.mu.Lock()
 	now := b.now()
-	state := b.power.current(now)
-	etag := b.etagLocked(now)
+	state := s.power.current(now)
+	etag := etagLocked(s, now)
 	b.mu.Unlock()
-	sys := b.SystemPath()
+	sys := s.path()
 	allowed := make([]string, len(b.opts.AllowedResetTypes))
 	for i, t := range b.opts.AllowedResetTypes {
 		allowed[i] = string(t)
 	}
-	return map[string]any{
+	doc := map[string]any{
 		"@odata.type":  "#ComputerSystem.v1_20_0.ComputerSystem",
 		"@odata.id":    sys,
 		"@odata.etag":  etag,
-		"Id":           b.opts.SystemID,
-		"Name":         b.opts.SystemName,
+		"Id":           s.id,
+		"Name":         s.name,
 		"SystemType":   "Physical",
 		"Manufacturer": b.opts.Manufacturer,
 		"Model":        b.opts.Model,
-		"SerialNumber": b.opts.SerialNumber,
-		"UUID":         b.opts.SystemUUID,
+		"SerialNumber": s.serial,
+		"UUID":         s.uuid,
 		"PowerState":   string(state),
 		"Status":       map[string]any{"State": "Enabled", "Health": "OK"},
 		"Boot": map[string]any{
@@ -576,7 +679,37 @@ func (b *BMC) systemDoc() (map[string]any, string) {
 			"Chassis":   links(chassisPath + "/" + b.opts.ChassisID),
 			"ManagedBy": links(managersPath + "/" + b.opts.ManagerID),
 		},
-	}, etag
+	}
+	if s.omitPower {
+		delete(doc, "PowerState")
+	}
+	if b.opts.ModernSchema {
+		// Properties of ComputerSystem v1_13 to v1_21 that are objects (or
+		// enumerations) where older schemas had nothing.
+		progress := "None"
+		if state == PowerOn && !s.omitPower {
+			progress = "OSRunning"
+		}
+		doc["@odata.type"] = "#ComputerSystem.v1_22_0.ComputerSystem"
+		doc["OperatingSystem"] = link(sys + "/OperatingSystem")
+		doc["BootProgress"] = map[string]any{"LastState": progress}
+		doc["PowerMode"] = "MaximumPerformance"
+		doc["Composition"] = map[string]any{"UseCases": []string{}}
+	}
+	return doc, etag
+}
+
+// operatingSystemDoc is the OperatingSystem resource that a modern
+// ComputerSystem links to.
+func operatingSystemDoc(s *system) map[string]any {
+	return map[string]any{
+		"@odata.type": "#OperatingSystem.v1_0_0.OperatingSystem",
+		"@odata.id":   s.path() + "/OperatingSystem",
+		"Id":          "OperatingSystem",
+		"Name":        "Operating System",
+		"Type":        "Linux",
+		"Status":      map[string]any{"State": "Enabled", "Health": "OK"},
+	}
 }
 
 func (b *BMC) managerDoc() map[string]any {
@@ -599,17 +732,20 @@ func (b *BMC) managerDoc() map[string]any {
 			},
 		},
 		"Links": map[string]any{
-			"ManagerForServers": links(b.SystemPath()),
+			"ManagerForServers": links(b.systemPaths()...),
 			"ManagerForChassis": links(chassisPath + "/" + b.opts.ChassisID),
 		},
 	}
 }
 
+// chassisDoc is the Chassis holding every system; its PowerState is the
+// first system's (absent when that system's is).
 func (b *BMC) chassisDoc() map[string]any {
+	first := b.systems[0]
 	b.mu.Lock()
-	state := b.power.current(b.now())
+	state := first.power.current(b.now())
 	b.mu.Unlock()
-	return map[string]any{
+	doc := map[string]any{
 		"@odata.type":  "#Chassis.v1_25_0.Chassis",
 		"@odata.id":    chassisPath + "/" + b.opts.ChassisID,
 		"Id":           b.opts.ChassisID,
@@ -621,10 +757,14 @@ func (b *BMC) chassisDoc() map[string]any {
 		"PowerState":   string(state),
 		"Status":       map[string]any{"State": "Enabled", "Health": "OK"},
 		"Links": map[string]any{
-			"ComputerSystems": links(b.SystemPath()),
+			"ComputerSystems": links(b.systemPaths()...),
 			"ManagedBy":       links(managersPath + "/" + b.opts.ManagerID),
 		},
 	}
+	if first.omitPower {
+		delete(doc, "PowerState")
+	}
+	return doc
 }
 
 // sortPaths orders session URIs by their decimal ID (shorter first, then

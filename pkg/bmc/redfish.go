@@ -1,0 +1,375 @@
+package bmc
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+// HTTPError is a Redfish request the BMC answered with an error status. Errors of
+// this package wrap it (beside ErrAuth or ErrUnknownState), so callers can tell what
+// answered and how with errors.As.
+type HTTPError struct {
+	Method, Path string
+	Status       int
+	// MessageID is the Redfish error's code or first MessageId, when the body had one.
+	MessageID string
+}
+
+func (e *HTTPError) Error() string {
+	s := fmt.Sprintf("%s %s: %d %s", e.Method, e.Path, e.Status, http.StatusText(e.Status))
+	if e.MessageID != "" {
+		s += " (" + e.MessageID + ")"
+	}
+	return s
+}
+
+// maxBody bounds what is read of one Redfish answer.
+const maxBody = 4 << 20
+
+// redfishConn is one Redfish service this process reads power from, over a kept
+// session (X-Auth-Token) or, on a service without a SessionService, HTTP Basic auth.
+// It decodes only the properties it needs (links, Id, Name, UUID, PowerState), each on
+// its own, so no other property of any schema version can make a read fail. Every
+// request carries its caller's context (and so its deadline). It is not safe for
+// concurrent use (Sessions serializes the calls per BMC).
+type redfishConn struct {
+	base  string // scheme://host:port
+	http  *http.Client
+	creds Credentials
+
+	basic      bool   // no SessionService: Basic auth on every request
+	token      string // X-Auth-Token of the session ("" with basic or before login)
+	sessionURI string // to DELETE at logout
+
+	systems   string // the Systems collection's URI
+	system    string // the host's ComputerSystem's URI, once chosen
+	systemFor string // the Target's System and SystemUUID it was chosen for
+}
+
+// newRedfishConn prepares a connection to t's service; nothing is sent yet.
+func newRedfishConn(t Target, creds Credentials) (*redfishConn, error) {
+	host, port, err := redfishEndpoint(t.Address, t.Port)
+	if err != nil {
+		return nil, err
+	}
+	scheme := "https"
+	if h, ok := strings.CutPrefix(host, "http://"); ok {
+		scheme, host = "http", h
+	}
+	tlsConfig := &tls.Config{InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // an explicit per-host opt-in
+	if !t.InsecureSkipVerify {
+		if tlsConfig.RootCAs, err = rootCAs(t.CAFile); err != nil {
+			return nil, err
+		}
+	}
+	transport := &http.Transport{
+		TLSClientConfig: tlsConfig, Proxy: nil, TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 1, IdleConnTimeout: 30 * time.Second,
+	}
+	return &redfishConn{base: scheme + "://" + net.JoinHostPort(host, port), http: &http.Client{Transport: transport}, creds: creds}, nil
+}
+
+// do sends one request and decodes a JSON answer into out (nil: none expected). A
+// status >= 400 is an *HTTPError; a transport failure is ErrUnreachable.
+func (c *redfishConn) do(ctx context.Context, method, path string, body any, out any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("OData-Version", "4.0")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	switch {
+	case c.token != "":
+		req.Header.Set("X-Auth-Token", c.token)
+	case c.basic:
+		req.SetBasicAuth(c.creds.Username, c.creds.Password)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s: reading the answer: %w", ErrUnreachable, method, path, err)
+	}
+	if resp.StatusCode >= 400 {
+		he := &HTTPError{Method: method, Path: path, Status: resp.StatusCode, MessageID: messageID(data)}
+		if refused(resp.StatusCode) {
+			return resp, fmt.Errorf("%w: %w", ErrAuth, he)
+		}
+		return resp, fmt.Errorf("%w: the BMC answered %w", ErrUnknownState, he)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp, fmt.Errorf("%w: the BMC answered %s %s with %d, but not with a JSON object: %w", ErrUnknownState, method, path, resp.StatusCode, err)
+		}
+	}
+	return resp, nil
+}
+
+// messageID returns a Redfish error body's code (or first MessageId).
+func messageID(data []byte) string {
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+			Ext  []struct {
+				MessageID string `json:"MessageId"`
+			} `json:"@Message.ExtendedInfo"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &e) != nil {
+		return ""
+	}
+	if e.Error.Code != "" {
+		return e.Error.Code
+	}
+	if len(e.Error.Ext) > 0 {
+		return e.Error.Ext[0].MessageID
+	}
+	return ""
+}
+
+// resource is a Redfish resource decoded property by property.
+type resource map[string]json.RawMessage
+
+// str returns a string property ("" when absent or not a string).
+func (r resource) str(name string) string {
+	var s string
+	if raw, ok := r[name]; ok && json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return ""
+}
+
+// link returns the @odata.id of an object property ("" when absent).
+func (r resource) link(name string) string {
+	var l struct {
+		ID string `json:"@odata.id"`
+	}
+	if raw, ok := r[name]; ok && json.Unmarshal(raw, &l) == nil {
+		return l.ID
+	}
+	return ""
+}
+
+// members returns a collection's member URIs.
+func (r resource) members() []string {
+	var ms []struct {
+		ID string `json:"@odata.id"`
+	}
+	var out []string
+	if raw, ok := r["Members"]; ok && json.Unmarshal(raw, &ms) == nil {
+		for _, m := range ms {
+			if m.ID != "" {
+				out = append(out, m.ID)
+			}
+		}
+	}
+	return out
+}
+
+// login discovers the service (unauthenticated GET of the service root) and opens a
+// session; a service without a SessionService is read with Basic auth instead.
+func (c *redfishConn) login(ctx context.Context) error {
+	var root resource
+	if _, err := c.do(ctx, http.MethodGet, "/redfish/v1/", nil, &root); err != nil {
+		return err
+	}
+	c.systems = root.link("Systems")
+	if c.systems == "" {
+		c.systems = "/redfish/v1/Systems"
+	}
+	sessions := ""
+	var links resource
+	if raw, ok := root["Links"]; ok && json.Unmarshal(raw, &links) == nil {
+		sessions = links.link("Sessions")
+	}
+	if sessions == "" && root.link("SessionService") != "" {
+		sessions = "/redfish/v1/SessionService/Sessions"
+	}
+	if sessions == "" {
+		c.basic = true // no SessionService: Basic auth on every request
+		return nil
+	}
+	resp, err := c.do(ctx, http.MethodPost, sessions, map[string]string{"UserName": c.creds.Username, "Password": c.creds.Password}, nil)
+	if err != nil {
+		var he *HTTPError
+		if errors.As(err, &he) && (he.Status == http.StatusNotFound || he.Status == http.StatusMethodNotAllowed) {
+			c.basic = true // it links a SessionService but cannot create sessions
+			return nil
+		}
+		return err
+	}
+	token := resp.Header.Get("X-Auth-Token")
+	if token == "" {
+		return fmt.Errorf("%w: the BMC created a session (POST %s) but sent no X-Auth-Token", ErrUnknownState, sessions)
+	}
+	c.token, c.sessionURI = token, resp.Header.Get("Location")
+	if u, err := url.Parse(c.sessionURI); err == nil && u.IsAbs() {
+		c.sessionURI = u.Path // some services answer with an absolute URL
+	}
+	return nil
+}
+
+// logout ends the session (best effort) and forgets it.
+func (c *redfishConn) logout(ctx context.Context) {
+	if c.token != "" && c.sessionURI != "" {
+		_, _ = c.do(ctx, http.MethodDelete, c.sessionURI, nil, nil)
+	}
+	c.token, c.sessionURI = "", ""
+	c.http.CloseIdleConnections()
+}
+
+// systemInfo is what is read of one ComputerSystem.
+type systemInfo struct {
+	uri, id, name, uuid string
+	power               string
+	hasPower            bool
+}
+
+func (c *redfishConn) getSystem(ctx context.Context, uri string) (systemInfo, error) {
+	var r resource
+	if _, err := c.do(ctx, http.MethodGet, uri, nil, &r); err != nil {
+		return systemInfo{}, err
+	}
+	s := systemInfo{uri: uri, id: r.str("Id"), name: r.str("Name"), uuid: canonicalUUID(r.str("UUID")), power: r.str("PowerState")}
+	_, s.hasPower = r["PowerState"]
+	return s, nil
+}
+
+// readSystem returns the raw power state and the system UUID of t's ComputerSystem,
+// choosing it on the first read (and again when t names another, or it vanished):
+// t.System by Id or path; else the only system; else the one whose UUID is
+// t.SystemUUID. Anything else is an ErrUnknownState error that names the systems
+// found and what to set.
+func (c *redfishConn) readSystem(ctx context.Context, t Target) (string, string, error) {
+	want := t.System + "\x00" + t.SystemUUID
+	if c.system == "" || c.systemFor != want {
+		uri, err := c.choose(ctx, t)
+		if err != nil {
+			return "", "", err
+		}
+		c.system, c.systemFor = uri, want
+	}
+	s, err := c.getSystem(ctx, c.system)
+	var he *HTTPError
+	if errors.As(err, &he) && he.Status == http.StatusNotFound {
+		c.system = "" // renumbered (a recomposed system): chosen anew next time
+	}
+	if err != nil {
+		return "", "", err
+	}
+	if !s.hasPower || s.power == "" {
+		return "", s.uuid, fmt.Errorf("%w: the BMC answered, but ComputerSystem %s reports no PowerState", ErrUnknownState, s.uri)
+	}
+	return s.power, s.uuid, nil
+}
+
+func (c *redfishConn) choose(ctx context.Context, t Target) (string, error) {
+	if sys := t.System; sys != "" {
+		uri := sys
+		if !strings.HasPrefix(sys, "/") {
+			uri = strings.TrimSuffix(c.systems, "/") + "/" + sys
+		}
+		if _, err := c.getSystem(ctx, uri); err != nil {
+			var he *HTTPError
+			if errors.As(err, &he) && he.Status == http.StatusNotFound {
+				all, _ := c.listSystems(ctx)
+				return "", fmt.Errorf("%w: the BMC answered, but has no ComputerSystem %s (bmc.system %q); it has %s: set bmc.system to one of them",
+					ErrUnknownState, uri, sys, describe(all))
+			}
+			return "", err
+		}
+		return uri, nil
+	}
+	all, err := c.listSystems(ctx)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case len(all) == 0:
+		return "", fmt.Errorf("%w: the BMC answered, but %s lists no ComputerSystem", ErrUnknownState, c.systems)
+	case len(all) == 1:
+		return all[0].uri, nil
+	}
+	if t.SystemUUID != "" {
+		var match []systemInfo
+		for _, s := range all {
+			if same, ok := inventory.SameSystemUUID(s.uuid, t.SystemUUID); ok && same {
+				match = append(match, s)
+			}
+		}
+		if len(match) == 1 {
+			return match[0].uri, nil
+		}
+		return "", fmt.Errorf("%w: the BMC answered; it has %d systems (%s) and %d have the host's systemUUID %s: set bmc.system to the host's Id",
+			ErrUnknownState, len(all), describe(all), len(match), t.SystemUUID)
+	}
+	return "", fmt.Errorf("%w: the BMC answered; it has %d systems (%s) and the host names none: set bmc.system to the host's Id, or the host's systemUUID",
+		ErrUnknownState, len(all), describe(all))
+}
+
+// listSystems reads every member of the Systems collection.
+func (c *redfishConn) listSystems(ctx context.Context) ([]systemInfo, error) {
+	var col resource
+	if _, err := c.do(ctx, http.MethodGet, c.systems, nil, &col); err != nil {
+		return nil, err
+	}
+	var out []systemInfo
+	for _, uri := range col.members() {
+		s, err := c.getSystem(ctx, uri)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// describe names systems for a message: Id, Name and UUID of each.
+func describe(all []systemInfo) string {
+	if len(all) == 0 {
+		return "no systems"
+	}
+	var parts []string
+	for _, s := range all {
+		p := s.id
+		if p == "" {
+			p = s.uri
+		}
+		if s.name != "" {
+			p += " " + fmt.Sprintf("%q", s.name)
+		}
+		if s.uuid != "" {
+			p += " UUID " + s.uuid
+		}
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
