@@ -236,13 +236,20 @@ func (c *redfishConn) login(ctx context.Context) error {
 	return nil
 }
 
-// logout ends the session (best effort) and forgets it.
-func (c *redfishConn) logout(ctx context.Context) {
+// logout ends the session and forgets it. Its error says whether the BMC took the
+// DELETE (a session it no longer knows, 404, counts as ended).
+func (c *redfishConn) logout(ctx context.Context) error {
+	var err error
 	if c.token != "" && c.sessionURI != "" {
-		_, _ = c.do(ctx, http.MethodDelete, c.sessionURI, nil, nil)
+		_, err = c.do(ctx, http.MethodDelete, c.sessionURI, nil, nil)
+		var he *HTTPError
+		if errors.As(err, &he) && he.Status == http.StatusNotFound {
+			err = nil
+		}
 	}
 	c.token, c.sessionURI = "", ""
 	c.http.CloseIdleConnections()
+	return err
 }
 
 // systemInfo is what is read of one ComputerSystem.

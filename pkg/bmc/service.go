@@ -140,6 +140,20 @@ func (s *Service) Recent(ctx context.Context, t Target, maxAge time.Duration) (R
 	return s.powerState(ctx, t, maxAge, true)
 }
 
+// Probe asks the BMC now, even while it is backed off: for an event that makes an
+// answer likely again (the host's Node turned Ready after an outage), so that a BMC
+// that is back is seen at once rather than after its backoff. It joins a call under
+// way instead of starting a second one. Its result counts like any other call's.
+func (s *Service) Probe(ctx context.Context, t Target) (Reading, error) {
+	s.mu.Lock()
+	st := s.bmcs[t.Host]
+	if st != nil && st.inflight == nil {
+		st.until = time.Time{} // this one call ignores the backoff; a failure sets it again
+	}
+	s.mu.Unlock()
+	return s.powerState(ctx, t, 0, false)
+}
+
 func (s *Service) powerState(ctx context.Context, t Target, maxAge time.Duration, joinFirst bool) (Reading, error) {
 	now := s.clock.Now()
 	s.mu.Lock()

@@ -319,3 +319,36 @@ func TestRecent(t *testing.T) {
 	}
 	close(release)
 }
+
+// TestProbeIgnoresBackoff: a backed-off BMC is asked at once by Probe (a readiness
+// change), and a success closes the breaker; a failed probe backs it off again.
+func TestProbeIgnoresBackoff(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	drv := newFakeDriver()
+	drv.errs["a"] = fmt.Errorf("%w: connection refused", ErrUnreachable)
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := NewService(drv, testConfig(), clk)
+	for range 3 {
+		_, _ = s.PowerState(ctx, target("a"))
+	}
+	if _, err := s.PowerState(ctx, target("a")); !errors.Is(err, ErrBackoff) {
+		t.Fatalf("after 3 failures: %v, want ErrBackoff", err)
+	}
+	// Still down: the probe asks, fails, and the BMC is backed off again.
+	if _, err := s.Probe(ctx, target("a")); !errors.Is(err, ErrUnreachable) || errors.Is(err, ErrBackoff) || drv.callCount("a") != 4 {
+		t.Fatalf("probe of a down BMC: %v (%d calls), want a real ask", err, drv.callCount("a"))
+	}
+	if _, err := s.PowerState(ctx, target("a")); !errors.Is(err, ErrBackoff) {
+		t.Fatalf("after a failed probe: %v, want ErrBackoff", err)
+	}
+	// Back: the probe sees it at once, and the breaker is closed.
+	drv.mu.Lock()
+	drv.errs["a"], drv.answers["a"] = nil, "On"
+	drv.mu.Unlock()
+	if r, err := s.Probe(ctx, target("a")); err != nil || r.State != PowerOn {
+		t.Fatalf("probe of a BMC that is back: %+v, %v", r, err)
+	}
+	if r, err := s.PowerState(ctx, target("a")); err != nil || r.State != PowerOn {
+		t.Fatalf("after the probe: %+v, %v", r, err)
+	}
+}

@@ -250,8 +250,23 @@ func (s *Sessions) logout(ctx context.Context, c *conn) {
 	if c.client == nil {
 		return
 	}
-	c.client.logout(ctx)
+	_ = c.client.logout(ctx)
 	c.client, c.healthy = nil, false
+}
+
+// tryLogout logs c's session out; it is forgotten when the BMC took the logout, and
+// kept (for another try) otherwise.
+func (s *Sessions) tryLogout(ctx context.Context, c *conn) error {
+	if c.client == nil {
+		return nil
+	}
+	token, uri := c.client.token, c.client.sessionURI
+	if err := c.client.logout(ctx); err != nil {
+		c.client.token, c.client.sessionURI = token, uri
+		return err
+	}
+	c.client, c.healthy = nil, false
+	return nil
 }
 
 // Run logs out idle sessions every idle time until ctx ends, then logs out every
@@ -277,9 +292,9 @@ func (s *Sessions) Run(ctx context.Context, timeout time.Duration) {
 
 // CloseIdle logs out the sessions not used for idle, each within timeout, and waits
 // for them. A session whose BMC did not answer its last call is first probed with a
-// read on it; it is logged out only if the BMC answers (the logout would otherwise be
-// lost), dropped without a logout if the BMC refuses it (it is gone already), and kept
-// otherwise, until maxKeep.
+// read on it; it is logged out if the BMC answers anything (the logout would otherwise
+// be lost), dropped without a logout if the BMC refuses it (it is gone already), and
+// kept otherwise, until maxKeep.
 func (s *Sessions) CloseIdle(ctx context.Context, idle, timeout time.Duration) {
 	s.each(ctx, timeout, false, func(ctx context.Context, c *conn) {
 		if c.client == nil || time.Since(c.used) < idle {
@@ -289,6 +304,9 @@ func (s *Sessions) CloseIdle(ctx context.Context, idle, timeout time.Duration) {
 			_, _, err := c.client.readSystem(ctx, c.target)
 			switch {
 			case err == nil:
+			case !errors.Is(err, ErrUnreachable) && !errors.Is(err, ErrAuth):
+				// It answered (though not with a power state): it can take the
+				// logout.
 			case errors.Is(err, ErrAuth):
 				c.client = nil
 				return
@@ -300,7 +318,11 @@ func (s *Sessions) CloseIdle(ctx context.Context, idle, timeout time.Duration) {
 				return
 			}
 		}
-		s.logout(ctx, c)
+		if err := s.tryLogout(ctx, c); err != nil {
+			if time.Since(c.used) > maxKeep {
+				c.client = nil // never took a logout: the BMC expires it
+			}
+		}
 	})
 }
 

@@ -56,6 +56,8 @@ const (
 type Power interface {
 	PowerState(ctx context.Context, t bmc.Target) (bmc.Reading, error)
 	Recent(ctx context.Context, t bmc.Target, maxAge time.Duration) (bmc.Reading, error)
+	// Probe asks the BMC now, even while it is backed off (see bmc.Service.Probe).
+	Probe(ctx context.Context, t bmc.Target) (bmc.Reading, error)
 }
 
 // Inventory is what the monitor needs of the inventory store.
@@ -202,7 +204,9 @@ func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
 			var r bmc.Reading
 			var err error
 			if w.fresh {
-				r, err = m.power.Recent(ctx, w.target, 0) // never the cache
+				// Readiness changed: never the cache, and not held by a backoff (a
+				// Node Ready again after an outage usually means its BMC is back too).
+				r, err = m.power.Probe(ctx, w.target)
 			} else {
 				r, err = m.power.PowerState(ctx, w.target)
 			}

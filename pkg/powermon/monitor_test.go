@@ -61,6 +61,11 @@ func (f *fakePower) Recent(ctx context.Context, t bmc.Target, maxAge time.Durati
 	return f.PowerState(ctx, t)
 }
 
+// Probe is a fresh ask, as Recent with no cache.
+func (f *fakePower) Probe(ctx context.Context, t bmc.Target) (bmc.Reading, error) {
+	return f.Recent(ctx, t, 0)
+}
+
 func (f *fakePower) set(s bmc.PowerState, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -618,3 +618,44 @@ func reverseUUID(t *testing.T, u string) string {
 	}
 	return r[0:8] + "-" + r[8:12] + "-" + r[12:16] + "-" + r[16:20] + "-" + r[20:32]
 }
+
+// TestBMCRecovery: a BMC that was down long enough to be backed off (here for two
+// minutes) is asked again as soon as its host's Node is Ready again: BMCReachable is
+// True within one notReadyInterval, not after the backoff or the next Ready-interval
+// read.
+func TestBMCRecovery(t *testing.T) {
+	bmcs, inv := redfishHosts(t, "rec", "10.93.0", 1, nil)
+	b := bmcs[0]
+	l := newLabNoCCM(t)
+	l.setInventory(inv)
+	const notReadyInterval = 10 * time.Second
+	l.writeConfig("", fmt.Sprintf("bmc: {callTimeout: 2s, cacheTTL: 1s, notReadyInterval: %s, backoffInitial: 2m, backoffMax: 5m}\n", notReadyInterval))
+	l.startCCM(l.config)
+	l.createNode(framework.NodeSpec{Name: "rec-0", InternalIPs: []string{"10.93.0.1"}, Ready: ready(v1.ConditionTrue)})
+	l.waitInitialized("rec-0")
+	l.waitCondition("rec-0", powermon.ConditionBMCReachable, v1.ConditionTrue)
+
+	// The rack's out-of-band switch dies: the BMC hangs, and the Node goes NotReady.
+	b.SetHang(true)
+	t.Cleanup(func() { b.SetHang(false) })
+	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "rec-0", v1.ConditionUnknown); err != nil {
+		t.Fatal(err)
+	}
+	l.waitCondition("rec-0", powermon.ConditionBMCReachable, v1.ConditionFalse)
+	if err := framework.WaitFor(l.ctx, 90*time.Second, "the BMC backed off", func(context.Context) (bool, error) {
+		return strings.Contains(l.ccm.Log(), `"event"="bmcBackoff"`) || strings.Contains(l.ccm.Log(), "event=\"bmcBackoff\""), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Back: the switch is fixed, the Node reports Ready.
+	b.SetHang(false)
+	back := time.Now()
+	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "rec-0", v1.ConditionTrue); err != nil {
+		t.Fatal(err)
+	}
+	l.waitCondition("rec-0", powermon.ConditionBMCReachable, v1.ConditionTrue)
+	if took := time.Since(back); took > notReadyInterval {
+		t.Fatalf("BMCReachable True %s after the Node was Ready again, want within notReadyInterval %s", took.Round(time.Millisecond), notReadyInterval)
+	}
+}
