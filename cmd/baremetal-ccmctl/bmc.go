@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
@@ -34,7 +35,8 @@ func bmcCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
 		return 2
 	}
-	view, err := inventory.ParseWith(data, inventory.ParseOptions{AllowInsecureSkipVerify: true}) // a diagnostic: show such hosts, say TLS is not verified
+	// A diagnostic: show such hosts too, and say that TLS is not verified or not used.
+	view, err := inventory.ParseWith(data, inventory.ParseOptions{AllowInsecureSkipVerify: true, AllowPlainHTTP: true})
 	if err != nil {
 		fmt.Fprintf(stderr, "baremetal-ccmctl: %s: %v\n", *invPath, err)
 		return 2
@@ -50,8 +52,17 @@ func bmcCheck(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	tlsMode := "n/a (IPMI)"
+	address := t.Address
+	if t.Port != 0 {
+		address += fmt.Sprintf(" (port %d)", t.Port)
+	}
 	if t.Protocol == inventory.ProtocolRedfish {
+		if ep, err := bmc.RedfishEndpoint(t); err == nil {
+			address = ep
+		}
 		switch {
+		case strings.HasPrefix(strings.ToLower(t.Address), "http://"):
+			tlsMode = "NONE: plain HTTP (plainHTTP), the password crosses the network in clear text"
 		case t.InsecureSkipVerify:
 			tlsMode = "NOT verified (insecureSkipVerify)"
 		case t.CAFile != "":
@@ -60,12 +71,12 @@ func bmcCheck(args []string, stdout, stderr io.Writer) int {
 			tlsMode = "verified with the system roots"
 		}
 	}
-	port := "default"
-	if t.Port != 0 {
-		port = fmt.Sprint(t.Port)
+	creds := t.CredentialsFile
+	if t.SecretName != "" {
+		creds = "Secret " + t.SecretNamespace + "/" + t.SecretName
 	}
-	fmt.Fprintf(stdout, "host:        %s\nprotocol:    %s\naddress:     %s (port %s)\ntls:         %s\ncredentials: %s\n",
-		host.Name, t.Protocol, t.Address, port, tlsMode, t.CredentialsFile)
+	fmt.Fprintf(stdout, "host:        %s\nprotocol:    %s\naddress:     %s\ntls:         %s\ncredentials: %s\n",
+		host.Name, t.Protocol, address, tlsMode, creds)
 
 	if t.System != "" {
 		fmt.Fprintf(stdout, "system:      %s\n", t.System)

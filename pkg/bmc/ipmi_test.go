@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +121,41 @@ func TestParseRawGUID(t *testing.T) {
 	}
 	if _, err := parseRawGUID(" 2c c4\n"); !errors.Is(err, ErrUnknownState) {
 		t.Errorf("short answer: %v", err)
+	}
+}
+
+// TestIPMIErrorsAreOneLine: through the CCM's driver, an IPMI read is one ipmitool run
+// with the password in its environment, and its failures are one-line errors of a
+// category: a wrong password (ipmitool reports it like a silent BMC) and a dead BMC.
+func TestIPMIErrorsAreOneLine(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	lab, err := ipmi.Start(ctx, t.TempDir(), 2, ipmi.Options{Username: "admin", Password: "ipmi-pw-42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lab.Stop)
+	s := NewSessions(nil, time.Minute)
+	defer s.Close(ctx, 5*time.Second)
+	b := lab.BMCs()[0]
+	bad := filepath.Join(t.TempDir(), "bad")
+	_ = os.WriteFile(bad, []byte("username: admin\npassword: wrong-pw\n"), 0o600)
+	tgt := Target{Host: "ipmi-0", Protocol: "ipmi", Address: b.Host(), Port: int32(b.Port()), CredentialsFile: bad}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_, err = s.PowerState(cctx, tgt)
+	if !errors.Is(err, ErrUnreachable) && !errors.Is(err, ErrAuth) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "wrong-pw") {
+		t.Errorf("wrong password: %q", err)
+	}
+	dead := lab.BMCs()[1]
+	if err := dead.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer dcancel()
+	good := filepath.Join(t.TempDir(), "good")
+	_ = os.WriteFile(good, []byte("username: admin\npassword: ipmi-pw-42\n"), 0o600)
+	_, err = s.PowerState(dctx, Target{Host: "ipmi-1", Protocol: "ipmi", Address: dead.Host(), Port: int32(dead.Port()), CredentialsFile: good})
+	if !errors.Is(err, ErrUnreachable) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("dead BMC: %q", err)
 	}
 }

@@ -59,15 +59,25 @@ type redfishConn struct {
 	systemFor string // the Target's System and SystemUUID it was chosen for
 }
 
-// newRedfishConn prepares a connection to t's service; nothing is sent yet.
-func newRedfishConn(t Target, creds Credentials) (*redfishConn, error) {
+// RedfishEndpoint returns the scheme://host:port a Redfish target is read at, as the
+// CCM computes it (an address's own port, overridden by the inventory's port field).
+func RedfishEndpoint(t Target) (string, error) {
 	host, port, err := redfishEndpoint(t.Address, t.Port)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	scheme := "https"
 	if h, ok := strings.CutPrefix(host, "http://"); ok {
 		scheme, host = "http", h
+	}
+	return scheme + "://" + net.JoinHostPort(host, port), nil
+}
+
+// newRedfishConn prepares a connection to t's service; nothing is sent yet.
+func newRedfishConn(t Target, creds Credentials) (*redfishConn, error) {
+	base, err := RedfishEndpoint(t)
+	if err != nil {
+		return nil, err
 	}
 	tlsConfig := &tls.Config{InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // an explicit per-host opt-in
 	if !t.InsecureSkipVerify {
@@ -79,7 +89,7 @@ func newRedfishConn(t Target, creds Credentials) (*redfishConn, error) {
 		TLSClientConfig: tlsConfig, Proxy: nil, TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: 1, IdleConnTimeout: 30 * time.Second,
 	}
-	return &redfishConn{base: scheme + "://" + net.JoinHostPort(host, port), http: &http.Client{Transport: transport}, creds: creds}, nil
+	return &redfishConn{base: base, http: &http.Client{Transport: transport}, creds: creds}, nil
 }
 
 // do sends one request and decodes a JSON answer into out (nil: none expected). A

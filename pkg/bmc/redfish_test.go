@@ -239,3 +239,23 @@ func TestFailedLoginBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestRedfishLateLogin: a login that answers late, within the call's deadline, leaves
+// a session whose later reads each get their own call's full deadline.
+func TestRedfishLateLogin(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b := startRedfish(t, redfish.Options{LoginDelay: 800 * time.Millisecond})
+	s := NewSessions(nil, time.Minute)
+	defer s.Close(ctx, 5*time.Second)
+	tgt := redfishTarget(t, b, b.Password())
+	if _, err := readWith(ctx, t, s, tgt, 2*time.Second); err != nil {
+		t.Fatalf("first read, with a late login: %v", err)
+	}
+	b.SetLatency(300 * time.Millisecond) // later reads are slowish but well within 1 s
+	for i := range 3 {
+		if raw, err := readWith(ctx, t, s, tgt, time.Second); err != nil || Normalize(raw) != PowerOn {
+			t.Fatalf("read %d on the kept session: %q, %v", i, raw, err)
+		}
+	}
+	wantSessions(t, b, "one late login serves every read", 1, 1, 0)
+}

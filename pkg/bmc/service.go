@@ -213,6 +213,14 @@ func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
 	logger := klog.FromContext(ctx).WithValues("host", t.Host, "protocol", t.Protocol)
 
 	state, uuid, err := PowerUnknown, "", error(nil)
+	if b, ok := s.drv.(busyReporter); ok && b.Busy(t) {
+		// The previous call (abandoned by its caller at its deadline) still holds this
+		// BMC: fail now rather than hold one of the shared call slots waiting for
+		// it, so hung BMCs cannot starve the others.
+		err = fmt.Errorf("BMC of %s (%s %s): %w: the previous call to it has not returned", t.Host, t.Protocol, t.Address, ErrUnreachable)
+		s.finish(logger, t, st, c, state, uuid, err)
+		return
+	}
 	slotCtx, cancelSlot := context.WithTimeout(ctx, slotWaitFactor*s.cfg.CallTimeout)
 	select {
 	case s.sem <- struct{}{}:
@@ -242,7 +250,18 @@ func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
 	if err != nil {
 		err = fmt.Errorf("BMC of %s (%s %s): %w", t.Host, t.Protocol, t.Address, err)
 	}
+	s.finish(logger, t, st, c, state, uuid, err)
+}
 
+// busyReporter is implemented by a Driver that knows when a call to a BMC is still
+// under way (Sessions).
+type busyReporter interface {
+	Busy(t Target) bool
+}
+
+// finish publishes a call's result: the BMC's state, breaker and metrics, then the
+// waiters.
+func (s *Service) finish(logger klog.Logger, t Target, st *bmcState, c *call, state PowerState, uuid string, err error) {
 	now := s.clock.Now()
 	s.mu.Lock()
 	st.inflight = nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -350,5 +351,32 @@ func TestProbeIgnoresBackoff(t *testing.T) {
 	}
 	if r, err := s.PowerState(ctx, target("a")); err != nil || r.State != PowerOn {
 		t.Fatalf("after the probe: %+v, %v", r, err)
+	}
+}
+
+type busyDriver struct {
+	*fakeDriver
+	busy map[string]bool
+}
+
+func (b busyDriver) Busy(t Target) bool { return b.busy[t.Host] }
+
+// TestBusyBMCTakesNoSlot: a BMC whose previous (abandoned) call has not returned fails
+// at once, without taking one of the shared call slots, so it cannot starve others.
+func TestBusyBMCTakesNoSlot(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	drv := busyDriver{fakeDriver: newFakeDriver(), busy: map[string]bool{"hung": true}}
+	drv.answers["ok"] = "On"
+	cfg := testConfig()
+	cfg.MaxConcurrent = 1
+	s := NewService(drv, cfg, nil)
+	if _, err := s.PowerState(ctx, target("hung")); !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "previous call to it has not returned") {
+		t.Fatalf("busy BMC: %v", err)
+	}
+	if drv.callCount("hung") != 0 {
+		t.Fatal("the driver was called for a busy BMC")
+	}
+	if r, err := s.PowerState(ctx, target("ok")); err != nil || r.State != PowerOn {
+		t.Fatalf("another BMC: %+v, %v", r, err)
 	}
 }

@@ -18,8 +18,8 @@ import (
 // Sessions is the Driver the CCM runs. For Redfish it keeps one session per BMC open
 // between calls (redfishConn: X-Auth-Token, or Basic auth on a service without a
 // SessionService) and one kept-alive TLS connection, so a read costs one GET of the
-// host's ComputerSystem, which also carries the system's UUID. IPMI calls go through
-// BMCLib, one shot each.
+// host's ComputerSystem, which also carries the system's UUID. IPMI calls run
+// ipmitool once each (a login, the query, a logout).
 //
 // Guarantees:
 //   - at most one call and one session per BMC at a time: a call waits for the previous
@@ -124,7 +124,13 @@ var _ Driver = (*Sessions)(nil)
 // PowerState implements Driver.
 func (s *Sessions) PowerState(ctx context.Context, t Target) (string, error) {
 	if t.Protocol != inventory.ProtocolRedfish {
-		return BMCLib{Credentials: s.creds}.PowerState(ctx, t)
+		// One ipmitool run, one RMCP+ login (bmclib's Open runs "power status" too, so
+		// a read through it logs in twice).
+		creds, err := credentialsOf(ctx, s.creds, t)
+		if err != nil {
+			return "", err
+		}
+		return ipmiPowerStatus(ctx, t, creds)
 	}
 	raw, _, err := s.readRedfish(ctx, t)
 	return raw, err
@@ -267,6 +273,19 @@ func (s *Sessions) tryLogout(ctx context.Context, c *conn) error {
 	}
 	c.client, c.healthy = nil, false
 	return nil
+}
+
+// Busy reports whether a call to t's BMC is still under way: Service serializes its
+// calls per BMC, so that is a call its caller abandoned at a deadline, on a BMC that
+// hangs.
+func (s *Sessions) Busy(t Target) bool {
+	if t.Protocol != inventory.ProtocolRedfish {
+		return false
+	}
+	s.mu.Lock()
+	c := s.conns[t.Host]
+	s.mu.Unlock()
+	return c != nil && len(c.lock) > 0
 }
 
 // Run logs out idle sessions every idle time until ctx ends, then logs out every

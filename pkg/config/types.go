@@ -99,6 +99,10 @@ type InventoryConfig struct {
 	// AllowInsecureSkipVerify lets inventory hosts set bmc.insecureSkipVerify; without
 	// it such a host is refused. Default: false.
 	AllowInsecureSkipVerify bool `json:"allowInsecureSkipVerify,omitempty"`
+	// AllowPlainHTTP lets inventory hosts set bmc.plainHTTP (an http:// Redfish
+	// address, the password in clear text); without it such a host is refused.
+	// Default: false.
+	AllowPlainHTTP bool `json:"allowPlainHTTP,omitempty"`
 }
 
 // FileSource reads the inventory from a YAML or JSON file.

@@ -46,6 +46,8 @@ type ParseOptions struct {
 	CredentialsDir string
 	// AllowInsecureSkipVerify lets hosts set bmc.insecureSkipVerify.
 	AllowInsecureSkipVerify bool
+	// AllowPlainHTTP lets hosts set bmc.plainHTTP (an http:// Redfish address).
+	AllowPlainHTTP bool
 }
 
 // ParseOptionsFor returns the inventory rules of a defaulted, validated CloudConfig.
@@ -53,6 +55,7 @@ func ParseOptionsFor(cfg *config.CloudConfig) ParseOptions {
 	return ParseOptions{
 		CredentialsDir:          cfg.Inventory.CredentialsDir,
 		AllowInsecureSkipVerify: cfg.Inventory.AllowInsecureSkipVerify,
+		AllowPlainHTTP:          cfg.Inventory.AllowPlainHTTP,
 	}
 }
 
@@ -233,6 +236,22 @@ func validateBMC(b *BMC, p *field.Path, opts ParseOptions) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("address"), "(redacted)", "must not carry credentials; use credentialsFile"))
 	} else if strings.Contains(b.Address, "://") && b.Protocol == ProtocolIPMI {
 		errs = append(errs, field.Invalid(p.Child("address"), b.Address, "an IPMI BMC address is a host name or IP, not a URL"))
+	} else if scheme, _, ok := strings.Cut(b.Address, "://"); ok {
+		switch strings.ToLower(scheme) {
+		case "https":
+		case "http":
+			switch {
+			case !b.PlainHTTP:
+				errs = append(errs, field.Invalid(p.Child("address"), b.Address, "http:// sends the BMC password in clear text: use https://, or set bmc.plainHTTP: true to accept that (the CloudConfig must allow it with inventory.allowPlainHTTP)"))
+			case !opts.AllowPlainHTTP:
+				errs = append(errs, field.Forbidden(p.Child("plainHTTP"), "the CloudConfig does not allow plain-HTTP BMCs: use https://, or set inventory.allowPlainHTTP: true in the CloudConfig"))
+			}
+		default:
+			errs = append(errs, field.NotSupported(p.Child("address"), scheme+"://", []string{"https://", "http:// (with plainHTTP)"}))
+		}
+	}
+	if b.PlainHTTP && !strings.HasPrefix(strings.ToLower(b.Address), "http://") {
+		errs = append(errs, field.Invalid(p.Child("plainHTTP"), true, "applies to an http:// address only"))
 	}
 	if b.Port < 0 || b.Port > 65535 {
 		errs = append(errs, field.Invalid(p.Child("port"), b.Port, "must be between 1 and 65535"))

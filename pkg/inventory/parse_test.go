@@ -357,3 +357,34 @@ func TestParseBMCSystem(t *testing.T) {
 		t.Errorf("ipmi with system: %v", err)
 	}
 }
+
+// TestParseBMCScheme: https:// is the default; http:// needs the host's plainHTTP and
+// the CloudConfig's allowPlainHTTP; other schemes are refused.
+func TestParseBMCScheme(t *testing.T) {
+	doc := func(addr, extra string) []byte {
+		return []byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: h\n  bmc: {protocol: redfish, address: \"" + addr + "\", credentialsFile: /c" + extra + "}\n")
+	}
+	allow := ParseOptions{AllowPlainHTTP: true}
+	for _, tc := range []struct {
+		addr, extra string
+		opts        ParseOptions
+		wantErr     string // "" : valid
+	}{
+		{"https://10.0.0.1:8443", "", ParseOptions{}, ""},
+		{"10.0.0.1", "", ParseOptions{}, ""},
+		{"http://10.0.0.1", "", allow, "hosts[0].bmc.address: Invalid value: \"http://10.0.0.1\": http:// sends the BMC password in clear text"},
+		{"http://10.0.0.1", ", plainHTTP: true", ParseOptions{}, "hosts[0].bmc.plainHTTP: Forbidden: the CloudConfig does not allow plain-HTTP BMCs"},
+		{"http://10.0.0.1", ", plainHTTP: true", allow, ""},
+		{"HTTP://10.0.0.1", ", plainHTTP: true", allow, ""},
+		{"ftp://10.0.0.1", "", allow, "hosts[0].bmc.address: Unsupported value: \"ftp://\""},
+		{"https://10.0.0.1", ", plainHTTP: true", allow, "hosts[0].bmc.plainHTTP: Invalid value: true: applies to an http:// address only"},
+	} {
+		_, err := ParseWith(doc(tc.addr, tc.extra), tc.opts)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s%s: %v", tc.addr, tc.extra, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s%s: %v, want %q", tc.addr, tc.extra, err, tc.wantErr)
+		}
+	}
+}

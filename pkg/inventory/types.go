@@ -111,6 +111,10 @@ type BMC struct {
 	CAFile string `json:"caFile,omitempty"`
 	// InsecureSkipVerify disables TLS verification for this BMC. Explicit opt-in only.
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+	// PlainHTTP accepts an http:// Redfish address: the password then crosses the
+	// network in clear text. The CloudConfig must allow it too
+	// (inventory.allowPlainHTTP).
+	PlainHTTP bool `json:"plainHTTP,omitempty"`
 	// System names the host's ComputerSystem on a Redfish service with several (a
 	// blade enclosure, a partitioned or composed system): its Id ("Blade3") or its
 	// path ("/redfish/v1/Systems/Blade3"). Unset: the only system, or the one whose

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -232,13 +233,13 @@ func (m *Monitor) update(ctx context.Context, node *v1.Node, host *inventory.Hos
 	reach := v1.NodeCondition{Type: ConditionBMCReachable, Status: v1.ConditionTrue, Reason: ReasonBMCReachable, Message: "the BMC answered"}
 	power := v1.NodeCondition{Type: ConditionPoweredOn, Status: v1.ConditionUnknown, Reason: "Unknown", Message: "power state not known"}
 	if perr != nil {
-		reach.Status, reach.Reason, reach.Message = v1.ConditionFalse, ReasonBMCUnreachable, perr.Error()
+		reach.Status, reach.Reason, reach.Message = v1.ConditionFalse, ReasonBMCUnreachable, oneLine(perr.Error())
 		switch {
 		case errors.Is(perr, bmc.ErrUnknownState):
 			reach.Status, reach.Reason = v1.ConditionTrue, ReasonBMCReachable
 		case errors.Is(perr, identity.ErrMismatch):
 			reach.Status, reach.Reason = v1.ConditionTrue, identity.ReasonMismatch
-			power.Message = "the BMC answers for another machine: " + perr.Error()
+			power.Message = "the BMC answers for another machine: " + oneLine(perr.Error())
 		}
 	} else {
 		switch r.State {
@@ -438,3 +439,7 @@ func isReady(n *v1.Node) bool {
 	c := condition(n, v1.NodeReady)
 	return c != nil && c.Status == v1.ConditionTrue
 }
+
+// oneLine makes a driver's message fit a condition or an event: one line, single
+// spaces (some drivers and tools answer with several lines).
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
