@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
@@ -23,11 +26,12 @@ func bmcCheck(args []string, stdout, stderr io.Writer) int {
 	invPath := fs.String("inventory", "/etc/baremetal-ccm/inventory.yaml", "Inventory document")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on the BMC call")
 	defaultCA := fs.String("bmc-ca-file", "", "the CloudConfig's bmc.caFile: CA bundle for Redfish BMCs without a caFile of their own")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig to read a host's credentialsSecret with (the CCM's own, e.g. /etc/baremetal-ccm/kubeconfig)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] HOST")
+		fmt.Fprintln(stderr, "usage: baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] [--bmc-ca-file F] [--kubeconfig F] HOST")
 		return 2
 	}
 	data, err := os.ReadFile(*invPath)
@@ -86,7 +90,25 @@ func bmcCheck(args []string, stdout, stderr io.Writer) int {
 	// out before returning.
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	drv := bmc.NewSessions(nil, 0)
+	var source bmc.CredentialSource // nil: the credentials file
+	if t.SecretName != "" {
+		if *kubeconfig == "" {
+			fmt.Fprintf(stderr, "baremetal-ccmctl: host %q keeps its credentials in Secret %s/%s: give --kubeconfig to read it\n", host.Name, t.SecretNamespace, t.SecretName)
+			return 2
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+		if err != nil {
+			fmt.Fprintf(stderr, "baremetal-ccmctl: --kubeconfig: %v\n", err)
+			return 2
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "baremetal-ccmctl: --kubeconfig: %v\n", err)
+			return 2
+		}
+		source = bmc.NewSecrets(client, time.Minute, nil)
+	}
+	drv := bmc.NewSessions(source, 0)
 	defer drv.Close(context.Background(), 5*time.Second)
 	start := time.Now()
 	raw, uuid, err := drv.ReadPower(ctx, t)

@@ -3,7 +3,7 @@
 //	baremetal-ccmctl manifests static-pod [--image I] [--kubeconfig P] [--config-dir D] [--secure-port N] [-- extra CCM args]
 //	baremetal-ccmctl manifests rbac
 //	baremetal-ccmctl manifests rbac-metallb [--namespace NS]
-//	baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] HOST
+//	baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] [--bmc-ca-file F] [--kubeconfig F] HOST
 //	baremetal-ccmctl version
 package main
 
@@ -24,7 +24,7 @@ const usage = `usage:
       print the ServiceAccount, ClusterRole and bindings the CCM needs (kubectl apply -f -)
   baremetal-ccmctl manifests rbac-metallb [--namespace NS]
       print the Role and RoleBinding the metallb announcer needs in MetalLB's namespace
-  baremetal-ccmctl bmc check [--inventory FILE] [--bmc-ca-file F] [--timeout D] HOST
+  baremetal-ccmctl bmc check [--inventory FILE] [--bmc-ca-file F] [--kubeconfig F] [--timeout D] HOST
       ask HOST's BMC for its power state as the CCM does; prints protocol, TLS mode,
       reachability, power state and latency (never credentials)
   baremetal-ccmctl version

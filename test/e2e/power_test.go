@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -253,6 +254,25 @@ func TestBMCCredentialsFromSecret(t *testing.T) {
 	}
 	l.waitCondition("sec-1", powermon.ConditionBMCReachable, v1.ConditionTrue)
 	l.waitTaint("sec-1", cloudproviderapi.TaintNodeShutdown, true)
+
+	// baremetal-ccmctl bmc check reads the Secret as the CCM does, with the CCM's own
+	// kubeconfig (the packaged RBAC), and asks the BMC through the CCM's driver.
+	ctl, err := framework.BuildBinary(l.ctx, "./cmd/baremetal-ccmctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(l.ctx, ctl, "bmc", "check", "--inventory", l.inventory, "--kubeconfig", framework.CCMKubeconfig(), "sec-1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("bmc check: %v\n%s", err, out)
+	}
+	for _, want := range []string{"credentials: Secret " + manifests.CredentialsNamespace + "/e2e-bmc-sec-1", "reachable:   yes", "power:       off"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("bmc check output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "sec-1-secret") {
+		t.Errorf("bmc check printed the password:\n%s", out)
+	}
 
 	// The packaged RBAC behind it: get in the credentials namespace, nothing more.
 	sa := "system:serviceaccount:" + manifests.Namespace + ":" + manifests.ServiceAccount
