@@ -23,7 +23,7 @@ func ipmitool(ctx context.Context, t Target, creds Credentials, args ...string) 
 	if t.Port != 0 {
 		port = strconv.Itoa(int(t.Port))
 	}
-	argv := append([]string{"-I", "lanplus", "-C", "3", "-H", t.Address, "-p", port, "-U", creds.Username, "-E"}, args...)
+	argv := append([]string{"-v", "-I", "lanplus", "-C", "3", "-H", t.Address, "-p", port, "-U", creds.Username, "-E"}, args...)
 	cmd := exec.CommandContext(ctx, "ipmitool", argv...)
 	cmd.Env = append(os.Environ(), "IPMI_PASSWORD="+creds.Password)
 	var stdout, stderr bytes.Buffer

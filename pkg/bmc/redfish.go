@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
@@ -54,10 +55,15 @@ type redfishConn struct {
 	token      string // X-Auth-Token of the session ("" with basic or before login)
 	sessionURI string // to DELETE at logout
 
-	systems   string // the Systems collection's URI
-	system    string // the host's ComputerSystem's URI, once chosen
-	systemFor string // the Target's System and SystemUUID it was chosen for
+	systems string // the Systems collection's URI
+	// chosen is each host's ComputerSystem on this service (several hosts share a
+	// blade enclosure's BMC), by Target.Host.
+	chosen map[string]choice
 }
+
+// choice is a host's chosen ComputerSystem and the Target's System and SystemUUID
+// it was chosen for.
+type choice struct{ uri, want string }
 
 // RedfishEndpoint returns the scheme://host:port a Redfish target is read at, as the
 // CCM computes it (an address's own port, overridden by the inventory's port field).
@@ -89,7 +95,11 @@ func newRedfishConn(t Target, creds Credentials) (*redfishConn, error) {
 		TLSClientConfig: tlsConfig, Proxy: nil, TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: 1, IdleConnTimeout: 30 * time.Second,
 	}
-	return &redfishConn{base: base, http: &http.Client{Transport: transport}, creds: creds}, nil
+	client := &http.Client{Transport: transport,
+		// Never follow a redirect: it could send the credentials (the login body, the
+		// session token, Basic auth) to another host or over plain HTTP.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &redfishConn{base: base, http: client, creds: creds}, nil
 }
 
 // do sends one request and decodes a JSON answer into out (nil: none expected). A
@@ -105,7 +115,8 @@ func (c *redfishConn) do(ctx context.Context, method, path string, body any, out
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+		// The path came from the BMC (a link it sent): it answered, but unusably.
+		return nil, fmt.Errorf("%w: the BMC sent a link that is not a valid path %q: %w", ErrUnknownState, path, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("OData-Version", "4.0")
@@ -127,7 +138,7 @@ func (c *redfishConn) do(ctx context.Context, method, path string, body any, out
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s %s: reading the answer: %w", ErrUnreachable, method, path, err)
 	}
-	if resp.StatusCode >= 400 {
+	if resp.StatusCode >= 300 {
 		he := &HTTPError{Method: method, Path: path, Status: resp.StatusCode, MessageID: messageID(data)}
 		if refused(resp.StatusCode) {
 			return resp, fmt.Errorf("%w: %w", ErrAuth, he)
@@ -247,14 +258,15 @@ func (c *redfishConn) login(ctx context.Context) error {
 }
 
 // logout ends the session and forgets it. Its error says whether the BMC took the
-// DELETE (a session it no longer knows, 404, counts as ended).
+// DELETE (a session it no longer knows — 404, or 401/403 for its token — counts as
+// ended).
 func (c *redfishConn) logout(ctx context.Context) error {
 	var err error
 	if c.token != "" && c.sessionURI != "" {
 		_, err = c.do(ctx, http.MethodDelete, c.sessionURI, nil, nil)
 		var he *HTTPError
-		if errors.As(err, &he) && he.Status == http.StatusNotFound {
-			err = nil
+		if errors.As(err, &he) && (he.Status == http.StatusNotFound || refused(he.Status)) {
+			err = nil // the BMC no longer knows the session (expired, rebooted)
 		}
 	}
 	c.token, c.sessionURI = "", ""
@@ -286,17 +298,22 @@ func (c *redfishConn) getSystem(ctx context.Context, uri string) (systemInfo, er
 // found and what to set.
 func (c *redfishConn) readSystem(ctx context.Context, t Target) (string, string, error) {
 	want := t.System + "\x00" + t.SystemUUID
-	if c.system == "" || c.systemFor != want {
+	ch, ok := c.chosen[t.Host]
+	if !ok || ch.want != want {
 		uri, err := c.choose(ctx, t)
 		if err != nil {
 			return "", "", err
 		}
-		c.system, c.systemFor = uri, want
+		if c.chosen == nil {
+			c.chosen = map[string]choice{}
+		}
+		ch = choice{uri: uri, want: want}
+		c.chosen[t.Host] = ch
 	}
-	s, err := c.getSystem(ctx, c.system)
+	s, err := c.getSystem(ctx, ch.uri)
 	var he *HTTPError
 	if errors.As(err, &he) && he.Status == http.StatusNotFound {
-		c.system = "" // renumbered (a recomposed system): chosen anew next time
+		delete(c.chosen, t.Host) // renumbered (a recomposed system): chosen anew next time
 	}
 	if err != nil {
 		return "", "", err
@@ -316,9 +333,13 @@ func (c *redfishConn) choose(ctx context.Context, t Target) (string, error) {
 		if _, err := c.getSystem(ctx, uri); err != nil {
 			var he *HTTPError
 			if errors.As(err, &he) && he.Status == http.StatusNotFound {
-				all, _ := c.listSystems(ctx)
+				all, lerr := c.listSystems(ctx)
+				has := describe(all)
+				if lerr != nil {
+					has = "systems that could not be listed (" + lerr.Error() + ")"
+				}
 				return "", fmt.Errorf("%w: the BMC answered, but has no ComputerSystem %s (bmc.system %q); it has %s: set bmc.system to one of them",
-					ErrUnknownState, uri, sys, describe(all))
+					ErrUnknownState, uri, sys, has)
 			}
 			return "", err
 		}
@@ -357,16 +378,30 @@ func (c *redfishConn) listSystems(ctx context.Context) ([]systemInfo, error) {
 	if _, err := c.do(ctx, http.MethodGet, c.systems, nil, &col); err != nil {
 		return nil, err
 	}
-	var out []systemInfo
-	for _, uri := range col.members() {
-		s, err := c.getSystem(ctx, uri)
+	uris := col.members()
+	out := make([]systemInfo, len(uris))
+	errs := make([]error, len(uris))
+	sem := make(chan struct{}, maxParallelGets)
+	var wg sync.WaitGroup
+	for i, uri := range uris {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i], errs[i] = c.getSystem(ctx, uri)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return nil, err // the first: errors stay one line
 		}
-		out = append(out, s)
 	}
 	return out, nil
 }
+
+// maxParallelGets bounds the concurrent GETs of one service's systems (a blade
+// enclosure lists 16 or more).
+const maxParallelGets = 8
 
 // describe names systems for a message: Id, Name and UUID of each.
 func describe(all []systemInfo) string {

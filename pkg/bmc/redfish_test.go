@@ -146,6 +146,11 @@ func TestRedfishNoSessionService(t *testing.T) {
 	if err != nil || Normalize(raw) != PowerOn || uuid != blade1UUID {
 		t.Fatalf("read = %q, %q, %v", raw, uuid, err)
 	}
+	b.SetPowerState(redfish.PowerOff)
+	raw, uuid, err = readOnce(ctx, t, s, redfishTarget(t, b, b.Password()))
+	if err != nil || Normalize(raw) != PowerOff || uuid != blade1UUID {
+		t.Fatalf("read after power-off = %q, %q, %v", raw, uuid, err)
+	}
 	if b.SessionsCreated() != 0 {
 		t.Errorf("%d sessions created on a service without a SessionService", b.SessionsCreated())
 	}

@@ -22,8 +22,16 @@ import (
 // ipmitool once each (a login, the query, a logout).
 //
 // Guarantees:
-//   - at most one call and one session per BMC at a time: a call waits for the previous
-//     one (even one its caller abandoned at a deadline) until its own deadline;
+//   - at most one call and one session per BMC at a time (a BMC is its protocol,
+//     address and port: the hosts of a blade enclosure share one): a call waits for
+//     the previous one (even one its caller abandoned at a deadline) until its own
+//     deadline;
+//   - a login runs to its answer (at most loginTimeout) even when its caller gave up,
+//     so a session a slow BMC created is kept and logged out later, never leaked, and
+//     a refusal is always counted against the failed-login budget (per BMC, Redfish
+//     and IPMI alike);
+//   - a logout the BMC does not take is tried again by CloseIdle and Close (until
+//     maxKeep), also for sessions replaced after a change of credentials;
 //   - a session the BMC no longer accepts (401 after expiry or a BMC reboot: bmclib
 //     never logs in again by itself) is logged out and replaced by one new login, in
 //     the same call; changed credentials or TLS settings replace the session too;
@@ -44,7 +52,8 @@ type Sessions struct {
 	failWindow  time.Duration
 
 	mu        sync.Mutex
-	conns     map[string]*conn // by Target.Host
+	conns     map[string]*conn // by bmcKey
+	stale     []staleSession   // sessions whose logout the BMC did not take yet
 	closed    bool
 	closeOnce sync.Once
 	loggedOut chan struct{} // closed when Close has logged out every session
@@ -66,6 +75,38 @@ type conn struct {
 	fails      []time.Time
 	refusedKey [32]byte
 	refusedAt  time.Time
+	// abandoned is set while a call whose caller gave up still runs.
+	abandoned atomic.Bool
+}
+
+// staleSession is a replaced session still to be logged out.
+type staleSession struct {
+	client *redfishConn
+	since  time.Time
+}
+
+// loginTimeout bounds a login, which runs to its answer even when its caller gave up.
+const loginTimeout = 30 * time.Second
+
+// logoutTimeout bounds a logout, which runs on its own deadline.
+const logoutTimeout = 5 * time.Second
+
+// bmcKey names a BMC: its protocol, address and port.
+func bmcKey(t Target) string { return fmt.Sprintf("%s\x00%s\x00%d", t.Protocol, t.Address, t.Port) }
+
+// connFor returns the BMC's conn, creating it; nil after Close.
+func (s *Sessions) connFor(t Target) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	c := s.conns[bmcKey(t)]
+	if c == nil {
+		c = &conn{lock: make(chan struct{}, 1)}
+		s.conns[bmcKey(t)] = c
+	}
+	return c
 }
 
 // DefaultSessionIdle is the idle time after which the CCM logs out a BMC session: it
@@ -124,32 +165,54 @@ var _ Driver = (*Sessions)(nil)
 // PowerState implements Driver.
 func (s *Sessions) PowerState(ctx context.Context, t Target) (string, error) {
 	if t.Protocol != inventory.ProtocolRedfish {
-		// One ipmitool run, one RMCP+ login (bmclib's Open runs "power status" too, so
-		// a read through it logs in twice).
-		creds, err := credentialsOf(ctx, s.creds, t)
-		if err != nil {
-			return "", err
-		}
-		return ipmiPowerStatus(ctx, t, creds)
+		return s.readIPMI(ctx, t)
 	}
 	raw, _, err := s.readRedfish(ctx, t)
 	return raw, err
 }
 
+// readIPMI reads an IPMI host's power with one ipmitool run, one RMCP+ login
+// (bmclib's Open runs "power status" too, so a read through it logs in twice), one at
+// a time per BMC and within the failed-login budget.
+func (s *Sessions) readIPMI(ctx context.Context, t Target) (string, error) {
+	c := s.connFor(t)
+	if c == nil {
+		return "", fmt.Errorf("%w: the BMC driver is shut down", ErrUnreachable)
+	}
+	select {
+	case c.lock <- struct{}{}:
+	case <-ctx.Done():
+		return "", fmt.Errorf("%w: the previous call to this BMC has not returned: %w", ErrUnreachable, ctx.Err())
+	}
+	defer func() { <-c.lock }()
+	creds, err := credentialsOf(ctx, s.creds, t)
+	if err != nil {
+		return "", err
+	}
+	key := fingerprint(t, creds)
+	if err := s.loginAllowed(c, key, time.Now()); err != nil {
+		return "", err
+	}
+	raw, err := ipmiPowerStatus(ctx, t, creds)
+	if errors.Is(err, ErrAuth) {
+		s.refused(c, key, time.Now())
+	}
+	return raw, err
+}
+
+// refused records a refused login against c's budget.
+func (s *Sessions) refused(c *conn, key [32]byte, at time.Time) {
+	c.fails = append(c.fails, at)
+	c.refusedKey, c.refusedAt = key, at
+}
+
 // readRedfish reads the power state and system UUID of a Redfish host on its kept
 // session.
 func (s *Sessions) readRedfish(ctx context.Context, t Target) (string, string, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	c := s.connFor(t)
+	if c == nil {
 		return "", "", fmt.Errorf("%w: the BMC driver is shut down", ErrUnreachable)
 	}
-	c := s.conns[t.Host]
-	if c == nil {
-		c = &conn{lock: make(chan struct{}, 1)}
-		s.conns[t.Host] = c
-	}
-	s.mu.Unlock()
 
 	select {
 	case c.lock <- struct{}{}:
@@ -173,6 +236,14 @@ func (s *Sessions) readRedfish(ctx context.Context, t Target) (string, string, e
 				inv.Invalidate(t) // a rotated Secret is read again on the next call
 			}
 		}
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			// Close ran while this call was under way: its session goes too.
+			s.logout(ctx, c)
+		}
+		c.abandoned.Store(false)
 		<-c.lock // before answering: the caller's next call finds the BMC free
 		done <- result{state, uuid, err}
 	}()
@@ -180,6 +251,7 @@ func (s *Sessions) readRedfish(ctx context.Context, t Target) (string, string, e
 	case r := <-done:
 		return r.state, r.uuid, r.err
 	case <-ctx.Done():
+		c.abandoned.Store(true)
 		return "", "", fmt.Errorf("%w: %w", ErrUnreachable, ctx.Err())
 	}
 }
@@ -206,9 +278,8 @@ func (s *Sessions) read(ctx context.Context, c *conn, t Target, creds Credential
 	if err != nil && c.client.basic && errors.Is(err, ErrAuth) {
 		// With Basic auth every request is a login: a refusal counts against the
 		// budget, and the next read asks the budget first.
-		c.fails = append(c.fails, c.used)
-		c.refusedKey, c.refusedAt = key, c.used
-		s.logout(ctx, c)
+		s.refused(c, key, time.Now())
+		c.client, c.healthy = nil, false
 		return "", "", err
 	}
 	if err != nil && reused && errors.Is(err, ErrAuth) {
@@ -228,19 +299,21 @@ func (s *Sessions) read(ctx context.Context, c *conn, t Target, creds Credential
 }
 
 func (s *Sessions) login(ctx context.Context, c *conn, t Target, creds Credentials, key [32]byte) error {
-	now := time.Now()
-	if err := s.loginAllowed(c, key, now); err != nil {
+	if err := s.loginAllowed(c, key, time.Now()); err != nil {
 		return err
 	}
 	client, err := newRedfishConn(t, creds)
 	if err != nil {
 		return err
 	}
-	if err := client.login(ctx); err != nil {
+	// The login runs to its answer even if the caller gives up meanwhile: a session the
+	// BMC creates is then kept (and logged out in time), and a refusal is counted.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loginTimeout)
+	defer cancel()
+	if err := client.login(lctx); err != nil {
 		client.http.CloseIdleConnections()
 		if errors.Is(err, ErrAuth) {
-			c.fails = append(c.fails, now)
-			c.refusedKey, c.refusedAt = key, now
+			s.refused(c, key, time.Now())
 		}
 		return err // a failed login leaves no session to log out
 	}
@@ -251,13 +324,42 @@ func (s *Sessions) login(ctx context.Context, c *conn, t Target, creds Credentia
 	return nil
 }
 
-// logout ends c's session (best effort) and forgets it.
+// logout ends c's session on its own deadline and forgets it; a logout the BMC does
+// not take is kept for CloseIdle and Close to try again.
 func (s *Sessions) logout(ctx context.Context, c *conn) {
 	if c.client == nil {
 		return
 	}
-	_ = c.client.logout(ctx)
+	old := c.client
 	c.client, c.healthy = nil, false
+	s.logoutOrKeep(ctx, old, time.Now())
+}
+
+// logoutOrKeep logs a session out, or keeps it in s.stale when the BMC does not take
+// the logout.
+func (s *Sessions) logoutOrKeep(ctx context.Context, client *redfishConn, since time.Time) {
+	token, uri := client.token, client.sessionURI
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), logoutTimeout)
+	defer cancel()
+	if err := client.logout(lctx); err != nil && time.Since(since) < maxKeep {
+		client.token, client.sessionURI = token, uri
+		s.mu.Lock()
+		s.stale = append(s.stale, staleSession{client: client, since: since})
+		s.mu.Unlock()
+	}
+}
+
+// retryStale tries again the logouts the BMCs did not take.
+func (s *Sessions) retryStale(ctx context.Context) {
+	s.mu.Lock()
+	stale := s.stale
+	s.stale = nil
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, st := range stale {
+		wg.Go(func() { s.logoutOrKeep(ctx, st.client, st.since) })
+	}
+	wg.Wait()
 }
 
 // tryLogout logs c's session out; it is forgotten when the BMC took the logout, and
@@ -275,17 +377,13 @@ func (s *Sessions) tryLogout(ctx context.Context, c *conn) error {
 	return nil
 }
 
-// Busy reports whether a call to t's BMC is still under way: Service serializes its
-// calls per BMC, so that is a call its caller abandoned at a deadline, on a BMC that
-// hangs.
+// Busy reports whether a call to t's BMC that its caller abandoned at a deadline (on
+// a BMC that hangs) is still under way.
 func (s *Sessions) Busy(t Target) bool {
-	if t.Protocol != inventory.ProtocolRedfish {
-		return false
-	}
 	s.mu.Lock()
-	c := s.conns[t.Host]
+	c := s.conns[bmcKey(t)]
 	s.mu.Unlock()
-	return c != nil && len(c.lock) > 0
+	return c != nil && c.abandoned.Load() && len(c.lock) > 0
 }
 
 // Run logs out idle sessions every idle time until ctx ends, then logs out every
@@ -315,6 +413,7 @@ func (s *Sessions) Run(ctx context.Context, timeout time.Duration) {
 // be lost), dropped without a logout if the BMC refuses it (it is gone already), and
 // kept otherwise, until maxKeep.
 func (s *Sessions) CloseIdle(ctx context.Context, idle, timeout time.Duration) {
+	s.retryStale(ctx)
 	s.each(ctx, timeout, false, func(ctx context.Context, c *conn) {
 		if c.client == nil || time.Since(c.used) < idle {
 			return
@@ -327,10 +426,12 @@ func (s *Sessions) CloseIdle(ctx context.Context, idle, timeout time.Duration) {
 				// It answered (though not with a power state): it can take the
 				// logout.
 			case errors.Is(err, ErrAuth):
+				c.client.http.CloseIdleConnections()
 				c.client = nil
 				return
 			case time.Since(c.used) > maxKeep:
 				klog.FromContext(ctx).Info("Dropping a BMC session that could not be logged out; the BMC expires it", "host", c.target.Host, "idle", time.Since(c.used).Round(time.Second))
+				c.client.http.CloseIdleConnections()
 				c.client = nil
 				return
 			default:
@@ -339,6 +440,7 @@ func (s *Sessions) CloseIdle(ctx context.Context, idle, timeout time.Duration) {
 		}
 		if err := s.tryLogout(ctx, c); err != nil {
 			if time.Since(c.used) > maxKeep {
+				c.client.http.CloseIdleConnections()
 				c.client = nil // never took a logout: the BMC expires it
 			}
 		}
@@ -355,6 +457,7 @@ func (s *Sessions) Close(ctx context.Context, timeout time.Duration) {
 		go func() {
 			defer close(s.loggedOut)
 			s.each(ctx, timeout, true, func(ctx context.Context, c *conn) { s.logout(ctx, c) })
+			s.retryStale(ctx)
 		}()
 	})
 	t := time.NewTimer(timeout)

@@ -38,7 +38,22 @@ func TestFrozenLeaderKeepsIPs(t *testing.T) {
 	if _, err := l.cp.Client.CoreV1().Namespaces().Create(l.ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.cp.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		// Runs after the CCMs stopped: Services still carrying the cleanup finalizer
+		// (a failed run) would stay Terminating with their IPs, and the next test's
+		// CCM would count those IPs as in use. Drop the finalizers, then the namespace.
+		ctx := context.Background()
+		svcs, _ := l.cp.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if svcs != nil {
+			for _, s := range svcs.Items {
+				if len(s.Finalizers) > 0 {
+					_, _ = l.cp.Client.CoreV1().Services(ns).Patch(ctx, s.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+				}
+				_ = l.cp.Client.CoreV1().Services(ns).Delete(ctx, s.Name, metav1.DeleteOptions{})
+			}
+		}
+		_ = l.cp.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	})
 	cfg := filepath.Join(l.dir, "cloud-config-lb.yaml")
 	writeFile(t, cfg, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
 kind: CloudConfig
@@ -128,6 +143,29 @@ loadBalancer:
 	}
 	if v := w.violations(); len(v) > 0 {
 		t.Fatalf("%d violations after the probes, first ones:\n%s", len(v), strings.Join(v[:min(len(v), 10)], "\n"))
+	}
+
+	// Leave nothing behind: the leader releases every Service's IP and finalizer.
+	all, err := l.cp.Client.CoreV1().Services(ns).List(l.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all.Items {
+		if err := l.cp.Client.CoreV1().Services(ns).Delete(l.ctx, s.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := framework.WaitFor(l.ctx, 60*time.Second, "every Service of the test gone", func(ctx context.Context) (bool, error) {
+		svcs, err := l.cp.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		if n := len(svcs.Items); n > 0 {
+			return false, fmt.Errorf("%d left", n)
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
