@@ -3,8 +3,6 @@ package bmc
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,16 +16,9 @@ import (
 // real ipmi_sim BMCs on 127.0.0.1.
 func TestBMCLibIPMI(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	lab, err := ipmi.Start(ctx, t.TempDir(), 2, ipmi.Options{Username: "admin", Password: "ipmi-pw-42"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lab.Stop)
+	lab := startIPMI(ctx, t, 2)
 	b := lab.BMCs()[0]
-	creds := filepath.Join(t.TempDir(), "creds")
-	if err := os.WriteFile(creds, []byte("username: admin\npassword: ipmi-pw-42\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	creds := writeCreds(t, "admin", "ipmi-pw-42", 0o600)
 	tgt := Target{Host: "ipmi-0", Protocol: "ipmi", Address: b.Host(), Port: int32(b.Port()), CredentialsFile: creds}
 	s := NewService(BMCLib{}, Config{CallTimeout: 15 * time.Second, MaxConcurrent: 4, FailureThreshold: 5, BackoffBase: time.Second, BackoffMax: time.Second}, nil)
 
@@ -46,8 +37,7 @@ func TestBMCLibIPMI(t *testing.T) {
 	// A wrong password fails without touching the chassis; ipmitool reports it like an
 	// unreachable BMC ("Unable to establish IPMI v2 / RMCP+ session"), so it is an
 	// error either way, never a state.
-	bad := filepath.Join(t.TempDir(), "bad")
-	_ = os.WriteFile(bad, []byte("username: admin\npassword: wrong-pw\n"), 0o600)
+	bad := writeCreds(t, "admin", "wrong-pw", 0o600)
 	wrong := tgt
 	wrong.CredentialsFile = bad
 	if _, err := (BMCLib{}).PowerState(ctx, wrong); !errors.Is(err, ErrUnreachable) && !errors.Is(err, ErrAuth) {
@@ -72,16 +62,9 @@ func TestBMCLibIPMI(t *testing.T) {
 // environment); an "on" answer reads none.
 func TestReadPowerIdentityIPMI(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	lab, err := ipmi.Start(ctx, t.TempDir(), 1, ipmi.Options{Username: "admin", Password: "ipmi-pw-42"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lab.Stop)
+	lab := startIPMI(ctx, t, 1)
 	b := lab.BMCs()[0]
-	creds := filepath.Join(t.TempDir(), "creds")
-	if err := os.WriteFile(creds, []byte("username: admin\npassword: ipmi-pw-42\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	creds := writeCreds(t, "admin", "ipmi-pw-42", 0o600)
 	tgt := Target{Host: "ipmi-0", Protocol: "ipmi", Address: b.Host(), Port: int32(b.Port()), CredentialsFile: creds}
 	s := NewSessions(nil, time.Minute)
 	defer s.Close(ctx, 5*time.Second)
@@ -100,8 +83,7 @@ func TestReadPowerIdentityIPMI(t *testing.T) {
 	}
 
 	// A wrong password cannot read the GUID: an error, never a GUID.
-	bad := filepath.Join(t.TempDir(), "bad")
-	_ = os.WriteFile(bad, []byte("username: admin\npassword: wrong-pw\n"), 0o600)
+	bad := writeCreds(t, "admin", "wrong-pw", 0o600)
 	wrong := tgt
 	wrong.CredentialsFile = bad
 	if g, err := ipmiSystemGUID(cctx, wrong, Credentials{Username: "admin", Password: "wrong-pw"}); err == nil || g != "" {
@@ -129,20 +111,15 @@ func TestParseRawGUID(t *testing.T) {
 // category: a wrong password (ipmitool reports it like a silent BMC) and a dead BMC.
 func TestIPMIErrorsAreOneLine(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	lab, err := ipmi.Start(ctx, t.TempDir(), 2, ipmi.Options{Username: "admin", Password: "ipmi-pw-42"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lab.Stop)
+	lab := startIPMI(ctx, t, 2)
 	s := NewSessions(nil, time.Minute)
 	defer s.Close(ctx, 5*time.Second)
 	b := lab.BMCs()[0]
-	bad := filepath.Join(t.TempDir(), "bad")
-	_ = os.WriteFile(bad, []byte("username: admin\npassword: wrong-pw\n"), 0o600)
+	bad := writeCreds(t, "admin", "wrong-pw", 0o600)
 	tgt := Target{Host: "ipmi-0", Protocol: "ipmi", Address: b.Host(), Port: int32(b.Port()), CredentialsFile: bad}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	_, err = s.PowerState(cctx, tgt)
+	_, err := s.PowerState(cctx, tgt)
 	if !errors.Is(err, ErrUnreachable) && !errors.Is(err, ErrAuth) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "wrong-pw") {
 		t.Errorf("wrong password: %q", err)
 	}
@@ -152,10 +129,20 @@ func TestIPMIErrorsAreOneLine(t *testing.T) {
 	}
 	dctx, dcancel := context.WithTimeout(ctx, 3*time.Second)
 	defer dcancel()
-	good := filepath.Join(t.TempDir(), "good")
-	_ = os.WriteFile(good, []byte("username: admin\npassword: ipmi-pw-42\n"), 0o600)
+	good := writeCreds(t, "admin", "ipmi-pw-42", 0o600)
 	_, err = s.PowerState(dctx, Target{Host: "ipmi-1", Protocol: "ipmi", Address: dead.Host(), Port: int32(dead.Port()), CredentialsFile: good})
 	if !errors.Is(err, ErrUnreachable) || strings.Contains(err.Error(), "\n") {
 		t.Errorf("dead BMC: %q", err)
 	}
+}
+
+// startIPMI starts n real ipmi_sim BMCs (admin / ipmi-pw-42) for the test.
+func startIPMI(ctx context.Context, t *testing.T, n int) *ipmi.Lab {
+	t.Helper()
+	lab, err := ipmi.Start(ctx, t.TempDir(), n, ipmi.Options{Username: "admin", Password: "ipmi-pw-42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lab.Stop)
+	return lab
 }

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +17,6 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/ipmi"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/redfish"
 )
 
@@ -268,18 +265,10 @@ func TestReviewRedirectDowngrade(t *testing.T) {
 // password is tried again on every read, though README says refused credentials are
 // not retried until they change or the window passes.
 func TestReviewIPMIWrongPasswordIsUnreachable(t *testing.T) {
-	if ipmi.CheckTools(ipmi.Options{}) != nil {
-		t.Skip("ipmitool or ipmi_sim missing")
-	}
 	_, ctx := ktesting.NewTestContext(t)
-	lab, err := ipmi.Start(ctx, t.TempDir(), 1, ipmi.Options{Username: "admin", Password: "ipmi-pw-42"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lab.Stop)
+	lab := startIPMI(ctx, t, 1)
 	b := lab.BMCs()[0]
-	bad := filepath.Join(t.TempDir(), "bad")
-	_ = os.WriteFile(bad, []byte("username: admin\npassword: wrong-pw\n"), 0o600)
+	bad := writeCreds(t, "admin", "wrong-pw", 0o600)
 	tgt := Target{Host: "ipmi-0", Protocol: "ipmi", Address: b.Host(), Port: int32(b.Port()), CredentialsFile: bad}
 	s := NewSessions(nil, time.Minute)
 	defer s.Close(ctx, time.Second)

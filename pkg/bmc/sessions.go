@@ -332,7 +332,7 @@ func (s *Sessions) logout(ctx context.Context, c *conn) {
 	}
 	old := c.client
 	c.client, c.healthy = nil, false
-	s.logoutOrKeep(ctx, old, time.Now())
+	s.logoutOrKeep(ctx, old, c.used)
 }
 
 // logoutOrKeep logs a session out, or keeps it in s.stale when the BMC does not take
@@ -341,7 +341,10 @@ func (s *Sessions) logoutOrKeep(ctx context.Context, client *redfishConn, since 
 	token, uri := client.token, client.sessionURI
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), logoutTimeout)
 	defer cancel()
-	if err := client.logout(lctx); err != nil && time.Since(since) < maxKeep {
+	err := client.logout(lctx)
+	if err == nil || time.Since(since) >= maxKeep {
+		client.http.CloseIdleConnections() // ended, or never taken: the BMC expires it
+	} else {
 		client.token, client.sessionURI = token, uri
 		s.mu.Lock()
 		s.stale = append(s.stale, staleSession{client: client, since: since})
@@ -360,21 +363,6 @@ func (s *Sessions) retryStale(ctx context.Context) {
 		wg.Go(func() { s.logoutOrKeep(ctx, st.client, st.since) })
 	}
 	wg.Wait()
-}
-
-// tryLogout logs c's session out; it is forgotten when the BMC took the logout, and
-// kept (for another try) otherwise.
-func (s *Sessions) tryLogout(ctx context.Context, c *conn) error {
-	if c.client == nil {
-		return nil
-	}
-	token, uri := c.client.token, c.client.sessionURI
-	if err := c.client.logout(ctx); err != nil {
-		c.client.token, c.client.sessionURI = token, uri
-		return err
-	}
-	c.client, c.healthy = nil, false
-	return nil
 }
 
 // Busy reports whether a call to t's BMC that its caller abandoned at a deadline (on
@@ -438,12 +426,7 @@ func (s *Sessions) CloseIdle(ctx context.Context, idle, timeout time.Duration) {
 				return
 			}
 		}
-		if err := s.tryLogout(ctx, c); err != nil {
-			if time.Since(c.used) > maxKeep {
-				c.client.http.CloseIdleConnections()
-				c.client = nil // never took a logout: the BMC expires it
-			}
-		}
+		s.logout(ctx, c) // a logout the BMC does not take is tried again, until maxKeep
 	})
 }
 
@@ -469,7 +452,8 @@ func (s *Sessions) Close(ctx context.Context, timeout time.Duration) {
 	}
 }
 
-// OpenSessions returns the number of sessions kept open (a session whose call is
+// OpenSessions returns the number of sessions kept open, including those whose logout
+// the BMC has not taken yet (a session whose call is
 // under way counts).
 func (s *Sessions) OpenSessions() int {
 	var n atomic.Int32
@@ -478,7 +462,10 @@ func (s *Sessions) OpenSessions() int {
 			n.Add(1)
 		}
 	})
-	return int(n.Load()) + busy
+	s.mu.Lock()
+	stale := len(s.stale)
+	s.mu.Unlock()
+	return int(n.Load()) + busy + stale
 }
 
 // each runs f on every conn, with the conn's lock held and a deadline of timeout,
