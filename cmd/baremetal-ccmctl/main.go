@@ -3,6 +3,8 @@
 //	baremetal-ccmctl manifests static-pod [--image I] [--kubeconfig P] [--config-dir D] [--secure-port N] [-- extra CCM args]
 //	baremetal-ccmctl manifests rbac
 //	baremetal-ccmctl manifests rbac-metallb [--namespace NS]
+//	baremetal-ccmctl manifests agent-rbac
+//	baremetal-ccmctl agent kubeconfig --node NAME --ca-cert F --ca-key F --server URL [--ca-bundle F] [--tls-server-name N] [--validity D] [--out F]
 //	baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] [--bmc-ca-file F] [--kubeconfig F] HOST
 //	baremetal-ccmctl version
 package main
@@ -24,6 +26,13 @@ const usage = `usage:
       print the ServiceAccount, ClusterRole and bindings the CCM needs (kubectl apply -f -)
   baremetal-ccmctl manifests rbac-metallb [--namespace NS]
       print the Role and RoleBinding the metallb announcer needs in MetalLB's namespace
+  baremetal-ccmctl manifests agent-rbac
+      print the worker agents' ServiceAccount, ClusterRole and binding (kubectl apply -f -)
+  baremetal-ccmctl agent kubeconfig --node NAME --ca-cert F --ca-key F --server URL
+        [--ca-bundle F] [--tls-server-name N] [--validity D] [--out F]
+      write a kubeconfig for NAME's agent: a new key and a client certificate signed by
+      the cluster's client CA (kubeadm: /etc/kubernetes/pki/ca.crt and ca.key), with CN
+      system:baremetal-ccm-agent:NAME and O system:baremetal-ccm-agents
   baremetal-ccmctl bmc check [--inventory FILE] [--bmc-ca-file F] [--kubeconfig F] [--timeout D] HOST
       ask HOST's BMC for its power state as the CCM does; prints protocol, TLS mode,
       reachability, power state and latency (never credentials)
@@ -41,8 +50,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case len(args) >= 2 && args[0] == "bmc" && args[1] == "check":
 		return bmcCheck(args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "agent" && args[1] == "kubeconfig":
+		return agentKubeconfigCmd(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "manifests" && args[1] == "rbac":
 		return emit(stdout, stderr, manifests.RBAC()...)
+	case len(args) >= 2 && args[0] == "manifests" && args[1] == "agent-rbac":
+		return emit(stdout, stderr, manifests.AgentRBAC()...)
 	case len(args) >= 2 && args[0] == "manifests" && args[1] == "rbac-metallb":
 		fs := flag.NewFlagSet("rbac-metallb", flag.ContinueOnError)
 		fs.SetOutput(stderr)

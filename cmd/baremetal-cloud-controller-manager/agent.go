@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/agent"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
 )
@@ -28,6 +30,7 @@ import (
 // agentFlags are the flags of the replica-local agent.
 type agentFlags struct {
 	nodeName string
+	routerID string
 }
 
 func (f *agentFlags) addTo(fs *pflag.FlagSet) {
@@ -37,6 +40,24 @@ func (f *agentFlags) addTo(fs *pflag.FlagSet) {
 	}
 	fs.StringVar(&f.nodeName, "node-name", def,
 		"Name of the Node of the host this process runs on (default: $NODE_NAME, else the host name). The agent uses it to find the host's rack peers and router ID in the inventory, to skip routes to itself, and for externalTrafficPolicy: Local in next-hop mode self.")
+	fs.StringVar(&f.routerID, "bgp-router-id", "",
+		"BGP router ID of this host (IPv4). Default: bgp.routerID, else the host's bgpRouterID in the inventory, else its first IPv4 InternalIP. Use it instead of bgp.routerID when replicas share one CloudConfig.")
+}
+
+// agentDeps are what the agent uses besides the API: the CCM passes its provider's,
+// agent mode builds its own without any inventory.
+type agentDeps struct {
+	cfg    *bmconfig.CloudConfig
+	kernel *routes.Kernel
+	poolOf func(netip.Addr) (*bmconfig.AddressPool, bool)
+	// store is the inventory (CCM replicas); nil in agent mode, where the host's
+	// rack peers and router ID come from its Node.
+	store *inventory.Store
+	// start starts the inventory (idempotent); nil without one.
+	start     func(context.Context)
+	selfOnly  bool
+	routerID  netip.Addr
+	passwords agent.Passwords
 }
 
 // startAgent runs the replica-local agent (BGP announcements, route mirror) on every
@@ -49,37 +70,63 @@ func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.
 		close(done)
 		return done, nil
 	}
-	return runAgent(ctx, c.ClientBuilder.ClientOrDie("baremetal-ccm-agent"), c.SharedInformers, cloud, f.nodeName)
+	d := agentDeps{cfg: cfg, kernel: cloud.Kernel(), store: cloud.Store(), start: cloud.Start}
+	if b := cloud.Balancer(); b != nil {
+		d.poolOf = b.Allocator().PoolOf
+	}
+	if f.routerID != "" {
+		rid, err := parseRouterID(f.routerID)
+		if err != nil {
+			return nil, err
+		}
+		d.routerID = rid
+	} else if cfg.BGP != nil && cfg.BGP.RouterID != "" && c.ComponentConfig.Generic.LeaderElection.LeaderElect {
+		klog.InfoS("Warning: bgp.routerID is set in the CloudConfig and leader election is on: replicas that share this file share the router ID, which routers treat as one speaker; give each host its own (inventory hosts[].bgpRouterID, or --bgp-router-id)", "routerID", cfg.BGP.RouterID)
+	}
+	return runAgent(ctx, c.ClientBuilder.ClientOrDie("baremetal-ccm-agent"), c.SharedInformers, d, f.nodeName)
+}
+
+func parseRouterID(s string) (netip.Addr, error) {
+	rid, err := netip.ParseAddr(s)
+	if err != nil || !rid.Is4() || rid.IsUnspecified() {
+		return netip.Addr{}, fmt.Errorf("--bgp-router-id=%s: must be an IPv4 address such as 10.0.0.1", s)
+	}
+	return rid, nil
 }
 
 // runAgent starts the agent with client and factory (which it starts) and returns a
 // channel closed when it has stopped. An agent that cannot run exits the process.
-func runAgent(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, cloud *provider.Cloud, nodeName string) (<-chan struct{}, error) {
+func runAgent(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, d agentDeps, nodeName string) (<-chan struct{}, error) {
 	done := make(chan struct{})
-	cfg := cloud.Config()
+	cfg := d.cfg
 	logger := klog.FromContext(ctx).WithName("agent")
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: provider.EventSource})
 
-	// The inventory supplies this host's rack peers and router ID; on the leader the
-	// same store also serves the controllers (Start is idempotent).
-	cloud.Start(ctx)
+	// On a CCM replica the inventory supplies this host's rack peers and router ID;
+	// on the leader the same store also serves the controllers (start is idempotent).
+	if d.start != nil {
+		d.start(ctx)
+	}
 	opts := agent.Options{
 		Config:    cfg,
 		Self:      nodeName,
 		Informers: factory,
-		Inventory: cloud.Store(),
 		Events:    recorder,
+		Pool:      d.poolOf,
+		SelfOnly:  d.selfOnly,
+		RouterID:  d.routerID,
+		Passwords: d.passwords,
 	}
-	if k := cloud.Kernel(); k != nil && cfg.Routes.MirrorEnabled() {
-		opts.Mirror = routes.NewMirror(k, routes.MirrorOptions{NodeName: nodeName})
-		if d := cfg.Routes.ResyncInterval; d != nil {
-			opts.ResyncInterval = d.Duration
+	if d.store != nil {
+		opts.Inventory = d.store
+	}
+	if d.kernel != nil && cfg.Routes.MirrorEnabled() {
+		opts.Mirror = routes.NewMirror(d.kernel, routes.MirrorOptions{NodeName: nodeName})
+		if r := cfg.Routes.ResyncInterval; r != nil {
+			opts.ResyncInterval = r.Duration
 		}
-	}
-	if b := cloud.Balancer(); b != nil {
-		opts.Pool = b.Allocator().PoolOf
 	}
 	// With the metallb announcer, MetalLB's speakers peer with the routers from every
 	// node: the embedded speaker stays off so a host never has two sessions.

@@ -17,17 +17,26 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/internal/sdnotify"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/trim"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/agent"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
-	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
 )
 
-const agentUsage = `usage: baremetal-cloud-controller-manager agent --cloud-config=FILE [--kubeconfig=FILE] [--node-name=NAME] [--v=N]
+const agentUsage = `usage: baremetal-cloud-controller-manager agent --cloud-config=FILE [--kubeconfig=FILE] [--node-name=NAME]
+       [--bgp-password-file=[PEER=]FILE]... [--bgp-router-id=IPV4] [--v=N]
 
 Runs only the host-local agent, for worker hosts: it mirrors every Node's pod-CIDR
 routes into this host's kernel (routes section) and, with a bgp section, announces
-what the CloudConfig asks for from this host. No controller runs and no leader is
-elected. Without --kubeconfig it uses the in-cluster configuration.
+this host alone: its own Node's pod CIDRs and each LoadBalancer IP with itself as next
+hop while its Node is Ready and, for externalTrafficPolicy Local, has a ready local
+endpoint. No controller runs and no leader is elected. It reads neither the inventory
+nor any BMC or inventory credential: the CCM publishes this host's rack BGP peers and
+router ID on its Node (annotation baremetal-ccm.io/bgp-host), and TCP-MD5 passwords
+come from this host's --bgp-password-file, re-read on every pass (a rotated password
+applies without a restart). It needs only the agent role (baremetal-ccmctl manifests
+agent-rbac). Without --kubeconfig it uses the in-cluster configuration.
 `
 
 // runAgentMode runs the agent alone until SIGTERM or SIGINT and returns the exit code.
@@ -42,6 +51,9 @@ func runAgentMode(args []string, stderr io.Writer) int {
 		def, _ = os.Hostname()
 	}
 	nodeName := fs.String("node-name", def, "name of this host's Node (default: $NODE_NAME, else the host name)")
+	routerID := fs.String("bgp-router-id", "", "BGP router ID of this host (default: the one the CCM publishes on its Node)")
+	var passwordFiles stringList
+	fs.Var(&passwordFiles, "bgp-password-file", "TCP-MD5 password file for every rack peer that expects one (FILE), or for one peer (PEER-ADDRESS=FILE); repeatable")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
@@ -55,12 +67,40 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	if *cloudConfig == "" {
 		return fail(errors.New("--cloud-config is required (the same CloudConfig file as the CCM's)"))
 	}
-	cfg, err := bmconfig.Load(*cloudConfig)
+	cfg, err := bmconfig.LoadAgent(*cloudConfig)
 	if err != nil {
 		return fail(err)
 	}
 	if cfg.BGP == nil && cfg.Routes == nil {
 		return fail(errors.New("the CloudConfig has neither a routes nor a bgp section: the agent would have nothing to do"))
+	}
+	d := agentDeps{cfg: cfg, selfOnly: true}
+	if *routerID != "" {
+		if d.routerID, err = parseRouterID(*routerID); err != nil {
+			return fail(err)
+		}
+	}
+	if d.passwords, err = agent.ParsePasswords(passwordFiles); err != nil {
+		return fail(err)
+	}
+	if cfg.LoadBalancer != nil {
+		// The pools' communities; the agent allocates nothing.
+		pools, err := ipam.New(cfg.LoadBalancer.Pools)
+		if err != nil {
+			return fail(fmt.Errorf("loadBalancer: %w", err))
+		}
+		d.poolOf = pools.PoolOf
+	}
+	if r := cfg.Routes; r != nil {
+		if d.kernel, err = routes.Open(int(r.Table), int(r.Protocol)); err != nil {
+			return fail(fmt.Errorf("routes: %w", err))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = d.kernel.CheckAccess(ctx)
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("routes: %w", err))
+		}
 	}
 	rest, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -68,10 +108,6 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	}
 	rest.UserAgent = program + "-agent/" + version.Version
 	client, err := kubernetes.NewForConfig(rest)
-	if err != nil {
-		return fail(err)
-	}
-	cloud, err := provider.New(cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -83,7 +119,7 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	go func() { <-stop; cancel() }()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object))
 	nodes := factory.Core().V1().Nodes().Informer()
-	done, err := runAgent(ctx, client, factory, cloud, *nodeName)
+	done, err := runAgent(ctx, client, factory, d, *nodeName)
 	if err != nil {
 		return fail(err)
 	}
@@ -102,3 +138,9 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	klog.Flush()
 	return 0
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return fmt.Sprint([]string(*l)) }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }

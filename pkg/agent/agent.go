@@ -10,6 +10,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
@@ -46,6 +48,8 @@ type Speaker interface {
 	Run(ctx context.Context) error
 	Announce(source string, paths []bgp.Path)
 	SetPeers(peers []config.BGPPeer) error
+	// RefreshPasswords re-reads the static peers' password files.
+	RefreshPasswords() error
 }
 
 // Mirror keeps this host's kernel routes equal to the Nodes' pod CIDRs (routes.Mirror).
@@ -71,15 +75,29 @@ type Options struct {
 	NewSpeaker func(id Identity) (Speaker, error)
 	// Mirror, when set, is reconciled on every Node change and every ResyncInterval.
 	Mirror Mirror
-	// Inventory, when set, supplies this host's per-rack BGP peers and default router
-	// ID; its View is read on every resync.
+	// Inventory, when set, supplies this host's per-rack BGP peers and router ID; its
+	// View is read on every pass. Without it (agent mode on worker hosts) they come from
+	// the leader's hostinfo.Annotation on this host's Node; with SelfOnly the speaker
+	// starts only once that annotation is there.
 	Inventory *inventory.Store
+	// SelfOnly announces only this host: its own Node's pod CIDRs, and each
+	// LoadBalancer IP with this host as next hop while its Node is eligible (Ready, not
+	// excluded, not being deleted; for externalTrafficPolicy Local, with a ready local
+	// endpoint). Agents on worker hosts run so, whatever bgp.nextHop says.
+	SelfOnly bool
+	// RouterID overrides the router ID of every other source (--bgp-router-id).
+	RouterID netip.Addr
+	// Passwords gives the TCP-MD5 password file of a published peer that needs one
+	// (agent mode; see Passwords).
+	Passwords Passwords
 	// Pool returns the LoadBalancer pool of an IP (its communities).
 	Pool func(netip.Addr) (*config.AddressPool, bool)
 	// Events records problems on Services.
 	Events EventRecorder
 	// ResyncInterval re-applies everything (repairs route drift). Default: 1m.
 	ResyncInterval time.Duration
+	// PeerResyncInterval re-reads the peers and their password files. Default: 5s.
+	PeerResyncInterval time.Duration
 }
 
 // Identity is what the speaker needs to know about this host.
@@ -104,7 +122,9 @@ type Agent struct {
 	mu       sync.Mutex
 	speaker  Speaker
 	problems map[string]string // service key -> last reported problem
-	rackKey  string
+	peersLog string            // what was last logged about the peers
+	waitLog  string            // why the speaker is not started yet, as last logged
+	routerID netip.Addr        // of the running speaker
 }
 
 // New registers the agent's informers on o.Informers (call before starting it, or the
@@ -115,6 +135,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.ResyncInterval <= 0 {
 		o.ResyncInterval = time.Minute
+	}
+	if o.PeerResyncInterval <= 0 {
+		o.PeerResyncInterval = 5 * time.Second
 	}
 	a := &Agent{o: o, trigger: make(chan struct{}, 1), problems: map[string]string{}}
 	svc := o.Informers.Core().V1().Services()
@@ -160,25 +183,34 @@ func (a *Agent) Run(ctx context.Context) error {
 	logger.Info("Agent informers synced", "self", a.o.Self)
 
 	var speakerDone chan error
-	if a.o.Config.BGP != nil && a.o.NewSpeaker != nil {
+	wantSpeaker := a.o.Config.BGP != nil && a.o.NewSpeaker != nil
+	startSpeaker := func() error {
 		id, err := a.identity()
 		if err != nil {
-			return err
+			if msg := err.Error(); msg != a.waitLog {
+				a.waitLog = msg
+				logger.Info("BGP speaker not started yet", "reason", msg)
+			}
+			return nil
 		}
 		sp, err := a.o.NewSpeaker(id)
 		if err != nil {
 			return fmt.Errorf("starting the BGP speaker: %w", err)
 		}
 		a.mu.Lock()
-		a.speaker = sp
+		a.speaker, a.routerID = sp, id.RouterID
 		a.mu.Unlock()
 		speakerDone = make(chan error, 1)
 		go func() { speakerDone <- sp.Run(ctx) }()
-		logger.Info("BGP speaker started", "routerID", id.RouterID, "ipv4", id.IPv4, "ipv6", id.IPv6, "localASN", a.o.Config.BGP.LocalASN)
+		logger.Info("BGP speaker started", "routerID", id.RouterID, "ipv4", id.IPv4, "ipv6", id.IPv6, "localASN", a.o.Config.BGP.LocalASN, "selfOnly", a.o.SelfOnly)
+		return nil
 	}
 
 	resync := time.NewTicker(a.o.ResyncInterval)
 	defer resync.Stop()
+	// Password files change without any API event: re-read them every few seconds.
+	peers := time.NewTicker(a.o.PeerResyncInterval)
+	defer peers.Stop()
 	a.kick()
 	for {
 		select {
@@ -189,6 +221,14 @@ func (a *Agent) Run(ctx context.Context) error {
 				}
 			}
 			return nil
+		case <-peers.C:
+			a.mu.Lock()
+			sp := a.speaker
+			a.mu.Unlock()
+			if sp != nil {
+				a.syncPeers(ctx, sp)
+			}
+			continue
 		case <-a.trigger:
 		case <-resync.C:
 		}
@@ -201,6 +241,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-a.trigger:
 		default:
+		}
+		if wantSpeaker && speakerDone == nil {
+			if err := startSpeaker(); err != nil {
+				return err
+			}
 		}
 		a.sync(ctx)
 	}
@@ -221,7 +266,14 @@ func (a *Agent) sync(ctx context.Context) {
 		a.syncPeers(ctx, sp)
 		a.syncLoadBalancers(ctx, sp, nodes)
 		if a.o.Config.BGP.AnnouncePodCIDRs {
-			sp.Announce(SourcePodCIDRs, PodCIDRPaths(nodes))
+			announced := nodes
+			if a.o.SelfOnly {
+				announced = nil
+				if n, err := a.nodes.Get(a.o.Self); err == nil {
+					announced = []*v1.Node{n}
+				}
+			}
+			sp.Announce(SourcePodCIDRs, PodCIDRPaths(announced))
 		}
 	}
 	if a.o.Mirror != nil {
@@ -254,11 +306,12 @@ func (a *Agent) syncLoadBalancers(ctx context.Context, sp Speaker, nodes []*v1.N
 			}
 			return out
 		},
-		Node:    func(name string) (*v1.Node, bool) { n, ok := byName[name]; return n, ok },
-		Nodes:   nodes,
-		Pool:    a.o.Pool,
-		NextHop: a.o.Config.BGP.NextHop,
-		Self:    a.o.Self,
+		Node:     func(name string) (*v1.Node, bool) { n, ok := byName[name]; return n, ok },
+		Nodes:    nodes,
+		Pool:     a.o.Pool,
+		NextHop:  a.o.Config.BGP.NextHop,
+		Self:     a.o.Self,
+		SelfOnly: a.o.SelfOnly,
 	})
 	a.reportProblems(ctx, problems)
 	paths := make([]bgp.Path, 0, len(want))
@@ -335,30 +388,94 @@ func PodCIDRPaths(nodes []*v1.Node) []bgp.Path {
 	return paths
 }
 
-// syncPeers gives the speaker this host's per-rack peers from the inventory.
+// syncPeers gives the speaker this host's rack peers (from the inventory, else from
+// its Node's annotation) on every pass, and has it re-read the password files: a
+// changed peer or password re-creates that session, an unchanged one is left alone.
+// What it logs, it logs once per change.
 func (a *Agent) syncPeers(ctx context.Context, sp Speaker) {
-	if a.o.Inventory == nil {
-		return
+	logger := klog.FromContext(ctx)
+	rack, peers, err := a.rackPeers()
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
 	}
-	host := a.selfHost()
-	var peers []config.BGPPeer
-	var rackName string
-	if host != nil && host.Rack != "" {
-		view, _ := a.o.Inventory.View()
-		if r, ok := view.Rack(host.Rack); ok {
-			peers, rackName = r.BGPPeers, r.Name
+	if !errors.Is(err, hostinfo.ErrInvalid) { // an unreadable annotation keeps the peers as they are
+		if err := sp.SetPeers(peers); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	k := fmt.Sprint(rackName, peers)
-	if k == a.rackKey {
+	if err := sp.RefreshPasswords(); err != nil {
+		errs = append(errs, err)
+	}
+	key, _ := json.Marshal(peers) // the settings (no password), not pointer addresses
+	msg := rack + " " + string(key)
+	if err := errors.Join(errs...); err != nil {
+		msg += " " + err.Error()
+	}
+	a.mu.Lock()
+	changed := msg != a.peersLog
+	a.peersLog = msg
+	a.mu.Unlock()
+	if !changed {
 		return
 	}
-	if err := sp.SetPeers(peers); err != nil {
-		klog.FromContext(ctx).Error(err, "Setting the rack's BGP peers", "rack", rackName)
+	if err := errors.Join(errs...); err != nil {
+		logger.Error(err, "Setting this host's BGP peers; the rest is applied", "rack", rack, "peers", len(peers))
 		return
 	}
-	a.rackKey = k
-	klog.FromContext(ctx).Info("Rack BGP peers set", "rack", rackName, "peers", len(peers))
+	logger.Info("Rack BGP peers set", "rack", rack, "peers", len(peers))
+}
+
+// rackPeers returns this host's rack and its BGP peers: from the inventory when the
+// agent has one, else from the Node's published annotation (passwords mapped to this
+// host's password files).
+func (a *Agent) rackPeers() (string, []config.BGPPeer, error) {
+	if a.o.Inventory != nil {
+		host := a.selfHost()
+		if host == nil || host.Rack == "" {
+			return "", nil, nil
+		}
+		view, _ := a.o.Inventory.View()
+		if r, ok := view.Rack(host.Rack); ok {
+			return r.Name, r.BGPPeers, nil
+		}
+		return host.Rack, nil, nil
+	}
+	info, ok, err := a.published()
+	if err != nil || !ok {
+		return "", nil, err
+	}
+	peers := make([]config.BGPPeer, 0, len(info.Peers))
+	var errs []error
+	for _, p := range info.Peers {
+		c := p.BGPPeer
+		if p.Password {
+			file, ok := a.o.Passwords.For(c.Address)
+			if !ok {
+				errs = append(errs, fmt.Errorf("rack %q peer %s expects a TCP-MD5 password, and this host has no password file for it: pass --bgp-password-file=FILE (every peer) or --bgp-password-file=%s=FILE", info.Rack, c.Address, c.Address))
+				continue
+			}
+			c.PasswordFile = file
+		}
+		peers = append(peers, c)
+	}
+	return info.Rack, peers, errors.Join(errs...)
+}
+
+// published returns the hostinfo annotation of this host's Node.
+func (a *Agent) published() (hostinfo.Info, bool, error) {
+	if a.o.Self == "" {
+		return hostinfo.Info{}, false, nil
+	}
+	n, err := a.nodes.Get(a.o.Self)
+	if err != nil {
+		return hostinfo.Info{}, false, nil
+	}
+	info, ok, err := hostinfo.FromNode(n)
+	if err != nil {
+		return hostinfo.Info{}, false, fmt.Errorf("node %s: %w", a.o.Self, err)
+	}
+	return info, ok, nil
 }
 
 // selfHost finds this host in the inventory by its Node (or name).
@@ -381,17 +498,31 @@ func (a *Agent) selfHost() *inventory.Host {
 	return nil
 }
 
-// identity is this host's router ID and addresses: from bgp.routerID, this host's
-// InternalIPs in the inventory, else those of its Node.
+// identity is this host's router ID and addresses. The router ID is, in order:
+// Options.RouterID, bgp.routerID, the host's bgpRouterID (inventory or published),
+// its first IPv4 InternalIP. Without an inventory it waits for the published
+// annotation, which also carries the rack's peers.
 func (a *Agent) identity() (Identity, error) {
 	var id Identity
 	var addrs []netip.Addr
+	var routerID string
 	if h := a.selfHost(); h != nil {
+		routerID = h.BGPRouterID
 		for _, ad := range h.Addresses {
 			if ip, err := netip.ParseAddr(ad.Address); err == nil && ad.Type == v1.NodeInternalIP {
 				addrs = append(addrs, ip.Unmap())
 			}
 		}
+	}
+	if a.o.Inventory == nil {
+		info, ok, err := a.published()
+		if err != nil {
+			return id, err
+		}
+		if !ok && a.o.SelfOnly {
+			return id, fmt.Errorf("waiting for the CCM's leader to publish annotation %s on Node %q (it does once the Node is initialized from the inventory)", hostinfo.Annotation, a.o.Self)
+		}
+		routerID = info.RouterID
 	}
 	if len(addrs) == 0 && a.o.Self != "" {
 		if n, err := a.nodes.Get(a.o.Self); err == nil {
@@ -411,6 +542,11 @@ func (a *Agent) identity() (Identity, error) {
 		}
 	}
 	id.RouterID = id.IPv4
+	if routerID != "" {
+		if rid, err := netip.ParseAddr(routerID); err == nil {
+			id.RouterID = rid
+		}
+	}
 	if s := a.o.Config.BGP.RouterID; s != "" {
 		rid, err := netip.ParseAddr(s)
 		if err != nil {
@@ -418,8 +554,11 @@ func (a *Agent) identity() (Identity, error) {
 		}
 		id.RouterID = rid
 	}
+	if a.o.RouterID.IsValid() {
+		id.RouterID = a.o.RouterID
+	}
 	if !id.RouterID.IsValid() {
-		return id, fmt.Errorf("bgp.routerID is not set and no IPv4 InternalIP of this host (node %q) is known from the inventory or its Node: set bgp.routerID or --node-name", a.o.Self)
+		return id, fmt.Errorf("no router ID for this host (node %q): the inventory gives it no bgpRouterID and no IPv4 InternalIP, and its Node has none; set bgpRouterID on the host in the inventory or pass --bgp-router-id", a.o.Self)
 	}
 	return id, nil
 }

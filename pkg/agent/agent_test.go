@@ -16,6 +16,7 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
 )
 
@@ -23,6 +24,8 @@ import (
 type fakeSpeaker struct {
 	mu      sync.Mutex
 	paths   map[string][]bgp.Path
+	peers   []config.BGPPeer
+	refresh int
 	ran     chan struct{}
 	stopped chan struct{}
 }
@@ -44,7 +47,25 @@ func (f *fakeSpeaker) Announce(source string, paths []bgp.Path) {
 	f.paths[source] = paths
 }
 
-func (f *fakeSpeaker) SetPeers([]config.BGPPeer) error { return nil }
+func (f *fakeSpeaker) SetPeers(peers []config.BGPPeer) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.peers = peers
+	return nil
+}
+
+func (f *fakeSpeaker) RefreshPasswords() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refresh++
+	return nil
+}
+
+func (f *fakeSpeaker) currentPeers() []config.BGPPeer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.peers
+}
 
 func (f *fakeSpeaker) prefixes(source string) map[string][]netip.Addr {
 	f.mu.Lock()
@@ -162,18 +183,44 @@ func TestAgentAnnouncesAndMirrors(t *testing.T) {
 	}
 }
 
-func TestRouterIDRequired(t *testing.T) {
+// Without any router ID source the speaker does not start (and nothing fails); it
+// starts once the Node shows an IPv4 InternalIP.
+func TestSpeakerWaitsForRouterID(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	started := make(chan Identity, 1)
 	a, err := New(Options{
-		Config: &config.CloudConfig{BGP: &config.BGPConfig{LocalASN: 65000}}, Self: "missing", Informers: factory,
-		NewSpeaker: func(Identity) (Speaker, error) { return newFakeSpeaker(), nil },
+		Config: &config.CloudConfig{BGP: &config.BGPConfig{LocalASN: 65000}}, Self: "late", Informers: factory,
+		SelfOnly:   true,
+		NewSpeaker: func(id Identity) (Speaker, error) { started <- id; return newFakeSpeaker(), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Run(ctx); err == nil {
-		t.Fatal("Run succeeded without any router ID source, want an error naming bgp.routerID")
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case id := <-started:
+		t.Fatalf("speaker started with %+v before any router ID source existed", id)
+	case err := <-done:
+		t.Fatalf("Run returned %v, want it to wait", err)
+	default:
+	}
+	// Agent mode (no inventory) also waits for the published annotation.
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "late", Annotations: map[string]string{hostinfo.Annotation: `{"host":"late","routerID":"10.9.9.9"}`}},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.7"}}}}
+	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-started:
+		if id.RouterID != netip.MustParseAddr("10.9.9.9") || id.IPv4 != netip.MustParseAddr("10.0.0.7") {
+			t.Errorf("identity = %+v, want the published router ID and the Node's address", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the speaker did not start once the annotation was published")
 	}
 }

@@ -334,6 +334,45 @@ func TestBIRDPassword(t *testing.T) {
 	}
 }
 
+// TestBIRDPasswordRotation: the router and the password file change to a new
+// password; RefreshPasswords applies it without a restart and the session comes back.
+func TestBIRDPasswordRotation(t *testing.T) {
+	r := bird.Start(t, bird.Options{Speakers: []bird.Speaker{{Password: "old-md5"}}})
+	file := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(file, []byte("old-md5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := peerV4(r, 0)
+	p.PasswordFile = file
+	sp := runSpeaker(t, r, 0, Config{Peers: []config.BGPPeer{p}}, nil)
+	sp.Announce("lb", []Path{{Prefix: lb4}})
+	waitEstablished(t, r, r.Protocol(0, false))
+	if err := sp.RefreshPasswords(); err != nil {
+		t.Fatalf("RefreshPasswords with nothing changed: %v", err)
+	}
+
+	if err := r.SetPassword(waitCtx(t), 0, "new-md5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("new-md5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.RefreshPasswords(); err != nil {
+		t.Fatal(err)
+	}
+	waitEstablished(t, r, r.Protocol(0, false))
+	waitRoutes(t, r, lb4, "over the session with the new password", hasNextHops(r.SpeakerV4(0)))
+
+	// An emptied file is an error and keeps the session as it is.
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.RefreshPasswords(); !errors.Is(err, ErrPassword) {
+		t.Errorf("RefreshPasswords with an empty file = %v, want ErrPassword", err)
+	}
+	waitEstablished(t, r, r.Protocol(0, false))
+}
+
 // TestBIRDGracefulRestart: graceful restart negotiated; a shutdown still withdraws
 // at once (Cease).
 func TestBIRDGracefulRestart(t *testing.T) {

@@ -128,9 +128,10 @@ type Speaker struct {
 	cfg       Config
 	baseComm  []uint32
 	baseLarge [][3]uint32
-	static    map[netip.Addr]peerEntry
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// static are Config.Peers (keys fixed by New; a password may change).
+	static  map[netip.Addr]peerEntry
 	rib     *rib
 	dynamic map[netip.Addr]peerEntry
 	// active are the peers added to the running server.
@@ -508,13 +509,15 @@ func (s *Speaker) SetPeers(peers []config.BGPPeer) error {
 			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, fe.ToAggregate()))
 			continue
 		}
-		if _, static := s.static[e.addr]; static {
-			continue
-		}
 		next[e.addr] = e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for a := range next {
+		if _, static := s.static[a]; static {
+			delete(next, a)
+		}
+	}
 	if len(errs) > 0 {
 		// Keep a peer whose new config is unusable as it was, rather than dropping it.
 		for a, e := range s.dynamic {
@@ -546,6 +549,52 @@ func (s *Speaker) SetPeers(peers []config.BGPPeer) error {
 		if err := s.addPeerLocked(ctx, e); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// RefreshPasswords re-reads the password files of the static peers (Config.Peers)
+// and re-creates the session of each peer whose password changed, so a rotated
+// password applies without a restart. A file that cannot be read, or is empty, keeps
+// the peer as it is and is reported in the error (wrapping ErrPassword).
+func (s *Speaker) RefreshPasswords() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	changed := map[netip.Addr]peerEntry{}
+	for a, e := range s.static {
+		if e.cfg.PasswordFile == "" {
+			continue
+		}
+		n, _, err := makePeer(e.cfg, field.NewPath("peers"), false)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if n.password != e.password {
+			changed[a] = n
+		}
+	}
+	if len(changed) == 0 {
+		return errors.Join(errs...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	for _, e := range sortedPeers(changed) {
+		if old, active := s.active[e.addr]; s.srv != nil && active {
+			if err := s.deletePeerLocked(ctx, old); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		s.static[e.addr] = e
+		if s.srv != nil {
+			if err := s.addPeerLocked(ctx, e); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		s.log.Info("Applied a changed TCP-MD5 password", "peer", e.addr)
 	}
 	return errors.Join(errs...)
 }

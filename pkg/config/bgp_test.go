@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -161,5 +163,46 @@ func TestParseCommunity(t *testing.T) {
 	}
 	if got, err := ParseLargeCommunity("4294967295:0:1"); err != nil || got != [3]uint32{4294967295, 0, 1} {
 		t.Errorf("ParseLargeCommunity = %v, %v", got, err)
+	}
+}
+
+func TestLoadAgent(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	noInventory := write("agent.yaml", `apiVersion: baremetal-ccm.io/v1alpha1
+kind: CloudConfig
+bgp: {localASN: 65000, announcePodCIDRs: true}
+routes: {}
+`)
+	cfg, err := LoadAgent(noInventory)
+	if err != nil {
+		t.Fatalf("LoadAgent without an inventory: %v", err)
+	}
+	if cfg.BGP.NextHop != NextHopSelf {
+		t.Errorf("defaults not applied: %+v", cfg.BGP)
+	}
+	if _, err := Load(noInventory); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "inventory") {
+		t.Errorf("Load (the CCM's) without an inventory = %v, want an error naming inventory", err)
+	}
+	shared := write("shared.yaml", `apiVersion: baremetal-ccm.io/v1alpha1
+kind: CloudConfig
+bgp: {localASN: 65000, routerID: 10.0.0.1}
+`)
+	if _, err := LoadAgent(shared); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "bgp.routerID: Forbidden") || !strings.Contains(err.Error(), "--bgp-router-id") {
+		t.Errorf("LoadAgent with bgp.routerID = %v, want it refused with the fix", err)
+	}
+	badInventory := write("bad.yaml", `apiVersion: baremetal-ccm.io/v1alpha1
+kind: CloudConfig
+inventory: {file: {path: relative}}
+bgp: {localASN: 65000}
+`)
+	if _, err := LoadAgent(badInventory); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "inventory.file.path") {
+		t.Errorf("LoadAgent with a malformed inventory section = %v, want it reported", err)
 	}
 }

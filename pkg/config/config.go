@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,14 +74,36 @@ func Load(path string) (*CloudConfig, error) {
 
 // Parse decodes data strictly, applies defaults and validates the result. The error
 // lists every problem found, each with its field path.
-func Parse(data []byte) (*CloudConfig, error) {
+func Parse(data []byte) (*CloudConfig, error) { return parse(data, false) }
+
+// LoadAgent is Load for the agent on worker hosts: the inventory section may be left
+// out (the agent never reads the inventory; the leader publishes what it needs on
+// its Node), and bgp.routerID is refused, since every agent reading the same file
+// would share it.
+func LoadAgent(path string) (*CloudConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading cloud config: %w", err)
+	}
+	cfg, err := parse(data, true)
+	if err != nil {
+		return nil, fmt.Errorf("cloud config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func parse(data []byte, agent bool) (*CloudConfig, error) {
 	cfg := &CloudConfig{}
 	fieldErrs, err := strictyaml.Unmarshal(data, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	SetDefaults(cfg)
-	if errs := Validate(cfg); len(errs) > 0 || len(fieldErrs) > 0 {
+	errs := Validate(cfg)
+	if agent {
+		errs = agentErrors(cfg, errs)
+	}
+	if len(errs) > 0 || len(fieldErrs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(append(fieldErrs, errs.ToAggregate())...))
 	}
 	return cfg, nil
@@ -181,6 +204,18 @@ func Validate(c *CloudConfig) field.ErrorList {
 	errs = append(errs, validateRoutes(c.Routes, field.NewPath("routes"))...)
 	if c.LoadBalancer != nil && c.LoadBalancer.Announcer == AnnouncerBGP && c.BGP == nil {
 		errs = append(errs, field.Required(field.NewPath("bgp"), "loadBalancer.announcer is bgp (the default): configure the speaker (bgp.localASN, bgp.peers) or set loadBalancer.announcer to metallb or none"))
+	}
+	return errs
+}
+
+// agentErrors adapts Validate's errors to the agent: no inventory is needed, and a
+// shared router ID is refused.
+func agentErrors(c *CloudConfig, errs field.ErrorList) field.ErrorList {
+	if c.Inventory.File == nil && c.Inventory.HTTP == nil {
+		errs = slices.DeleteFunc(errs, func(e *field.Error) bool { return e.Field == "inventory" && e.Type == field.ErrorTypeRequired })
+	}
+	if c.BGP != nil && c.BGP.RouterID != "" {
+		errs = append(errs, field.Forbidden(field.NewPath("bgp", "routerID"), "every agent reading this file would use the same router ID: remove it (each agent uses the router ID the CCM publishes on its Node: the host's bgpRouterID in the inventory, else its first IPv4 InternalIP) or give one host its own with --bgp-router-id"))
 	}
 	return errs
 }

@@ -106,6 +106,7 @@ func validate(doc *Document, opts ParseOptions) field.ErrorList {
 	names := map[string]*field.Path{} // host names and hostnames
 	uuids := map[string]*field.Path{}
 	ips := map[netip.Addr]*field.Path{}
+	routerIDs := map[string]*field.Path{}
 	claim := func(seen map[string]*field.Path, key string, p *field.Path, what string) {
 		if prev, ok := seen[key]; ok {
 			errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s %q is already used at %s", what, key, prev)))
@@ -180,6 +181,15 @@ func validate(doc *Document, opts ParseOptions) field.ErrorList {
 					string(v1.NodeInternalDNS), string(v1.NodeExternalDNS)}))
 			}
 		}
+		if h.BGPRouterID != "" {
+			p := hp.Child("bgpRouterID")
+			if ip, err := netip.ParseAddr(h.BGPRouterID); err != nil || !ip.Is4() || ip.IsUnspecified() {
+				errs = append(errs, field.Invalid(p, h.BGPRouterID, "must be an IPv4 address such as 10.0.0.1, unique per host (leave empty to use the host's first IPv4 InternalIP)"))
+			} else {
+				h.BGPRouterID = ip.String()
+				claim(routerIDs, h.BGPRouterID, p, "bgpRouterID")
+			}
+		}
 		for _, lv := range []struct {
 			name, value string
 		}{{"instanceType", h.InstanceType}, {"zone", h.Zone}, {"region", h.Region}, {"rack", h.Rack}} {
@@ -212,6 +222,13 @@ func validate(doc *Document, opts ParseOptions) field.ErrorList {
 		}
 	}
 	rp := field.NewPath("racks")
+	// A router ID must not be another host's default one (its first IPv4 InternalIP).
+	for rid, p := range routerIDs {
+		ip, _ := netip.ParseAddr(rid)
+		if prev, ok := ips[ip]; ok && !sameHost(prev, p) {
+			errs = append(errs, field.Duplicate(p, fmt.Sprintf("bgpRouterID %s is the address of another host at %s, which may be that host's default router ID", rid, prev)))
+		}
+	}
 	errs = append(errs, validateRacks(doc.Racks, rp)...)
 	for i := range doc.Racks {
 		for j, peer := range doc.Racks[i].BGPPeers {
@@ -330,4 +347,16 @@ func NodeLabelKey(k string) string {
 		return k
 	}
 	return LabelPrefix + k
+}
+
+// sameHost reports whether two paths are under the same hosts[i].
+func sameHost(a, b *field.Path) bool {
+	host := func(p *field.Path) string {
+		s := p.String()
+		if i := strings.Index(s, "]"); i >= 0 {
+			return s[:i+1]
+		}
+		return s
+	}
+	return host(a) == host(b)
 }

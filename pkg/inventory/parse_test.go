@@ -100,6 +100,17 @@ hosts:
   systemUUID: 44454c4c-4200-1035-8052-b4c04f4e4d32
 - name: placeholder
   systemUUID: 03000200-0400-0500-0006-000700080009
+- name: rid-a
+  bgpRouterID: 10.9.0.1
+- name: rid-b
+  bgpRouterID: 10.9.0.1
+- name: rid-c
+  bgpRouterID: "fd00::1"
+- name: rid-d
+  bgpRouterID: 10.0.0.1
+- name: rid-e
+  bgpRouterID: 10.9.0.5
+  addresses: [{type: InternalIP, address: 10.9.0.5}]
 `
 	_, err := Parse([]byte(doc))
 	if !errors.Is(err, ErrInvalid) {
@@ -128,6 +139,9 @@ hosts:
 		`hosts[4].bmc.insecureSkipVerify`,
 		`hosts[5].systemUUID: Duplicate value: "systemUUID \"44454c4c-4200-1035-8052-b4c04f4e4d32\" is already used at hosts[0].systemUUID (in another byte order)"`,
 		`hosts[6].systemUUID: Invalid value: "03000200-0400-0500-0006-000700080009": is a placeholder`,
+		`hosts[8].bgpRouterID: Duplicate value: "bgpRouterID \"10.9.0.1\" is already used at hosts[7].bgpRouterID"`,
+		`hosts[9].bgpRouterID: Invalid value: "fd00::1": must be an IPv4 address`,
+		`hosts[10].bgpRouterID: Duplicate value: "bgpRouterID 10.0.0.1 is the address of another host at hosts[0].addresses[0].address`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not contain %q", want)
@@ -135,6 +149,9 @@ hosts:
 	}
 	if strings.Contains(err.Error(), "hunter2") {
 		t.Error("error leaks a BMC password")
+	}
+	if strings.Contains(err.Error(), "hosts[11]") {
+		t.Error("a host's own InternalIP as its router ID is reported")
 	}
 	if t.Failed() {
 		t.Logf("full error:\n%v", err)

@@ -71,6 +71,9 @@ type Host struct {
 	Region       string `json:"region,omitempty"`
 	// Rack becomes the label baremetal-ccm.io/rack.
 	Rack string `json:"rack,omitempty"`
+	// BGPRouterID is this host's BGP identifier (IPv4), published on its Node for the
+	// host's agent. Default: the host's first IPv4 InternalIP. Unique across hosts.
+	BGPRouterID string `json:"bgpRouterID,omitempty"`
 	// Labels are added to the Node at initialization. An unprefixed key k becomes
 	// baremetal-ccm.io/k; keys under kubernetes.io or k8s.io are rejected (the
 	// cloud-node controller would drop them).

@@ -54,6 +54,10 @@ type State struct {
 	// next-hop mode self, a Service with externalTrafficPolicy Local is announced only
 	// when this node has a ready endpoint of it.
 	Self string
+	// SelfOnly announces each IP with this host (Self) as next hop, whatever NextHop
+	// says, and only while Self's Node is Eligible (and, for externalTrafficPolicy
+	// Local, has a ready endpoint): the per-node model of agents on worker hosts.
+	SelfOnly bool
 }
 
 // Problem is a Service whose announcement could not be computed as asked (for
@@ -69,6 +73,12 @@ func Desired(s State) ([]Announcement, []Problem) {
 	var out []Announcement
 	var problems []Problem
 	seen := map[netip.Prefix]int{}
+	selfEligible := false
+	if s.SelfOnly && s.Node != nil {
+		if n, ok := s.Node(s.Self); ok {
+			selfEligible = Eligible(n)
+		}
+	}
 	for _, svc := range s.Services {
 		if !Owned(svc) || svc.DeletionTimestamp != nil {
 			continue
@@ -102,8 +112,12 @@ func Desired(s State) ([]Announcement, []Problem) {
 			}
 			a.Communities = appendUnique(a.Communities, comms...)
 			a.LargeCommunities = appendUnique(a.LargeCommunities, large...)
-			switch s.NextHop {
-			case config.NextHopNodes:
+			switch {
+			case s.SelfOnly:
+				if !selfEligible || local && !ready[s.Self] {
+					continue // this host takes no traffic for it: another host announces it
+				}
+			case s.NextHop == config.NextHopNodes:
 				a.NextHops = nodeNextHops(s.Nodes, ip.Is4(), local, ready)
 				if len(a.NextHops) == 0 {
 					continue // no eligible node: announcing would blackhole the traffic

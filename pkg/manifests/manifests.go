@@ -1,5 +1,5 @@
 // Package manifests renders the Kubernetes objects that run the CCM: the static pod for
-// control-plane nodes and the RBAC it needs. The files in packaging/kubernetes are its
+// control-plane nodes, the RBAC it needs and the RBAC of the worker agents. The files in packaging/kubernetes are its
 // output with default options (kept equal by a golden test).
 package manifests
 
@@ -278,6 +278,64 @@ func MetalLBRBAC(namespace string) []any {
 			Subjects: []rbacv1.Subject{
 				{Kind: rbacv1.ServiceAccountKind, Name: ServiceAccount, Namespace: Namespace},
 				{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: UserName},
+			},
+		},
+	}
+}
+
+// Names of the worker agents' identity (`baremetal-cloud-controller-manager agent`),
+// separate from the CCM's.
+const (
+	// AgentClusterRole is the agents' ClusterRole and the name of its binding.
+	AgentClusterRole = "system:baremetal-ccm-agent"
+	// AgentServiceAccount is the identity of agents run as a DaemonSet (a bound token).
+	AgentServiceAccount = "baremetal-ccm-agent"
+	// AgentGroup is the organization (O) of the agents' per-node client certificates.
+	AgentGroup = "system:baremetal-ccm-agents"
+	// AgentUserPrefix, followed by the Node's name, is the common name (CN) of an
+	// agent's client certificate, as system:node:<name> is a kubelet's.
+	AgentUserPrefix = "system:baremetal-ccm-agent:"
+)
+
+// AgentUserName is the user of node's agent client certificate.
+func AgentUserName(node string) string { return AgentUserPrefix + node }
+
+// AgentClusterRoleRules are exactly what an agent uses: it watches Nodes, Services and
+// EndpointSlices to decide what its host announces, and records Events. It writes
+// nothing else and reads no Secret, ConfigMap or inventory.
+func AgentClusterRoleRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+	}
+}
+
+// AgentRBAC returns the agents' ServiceAccount, ClusterRole and ClusterRoleBinding. The
+// binding names the ServiceAccount kube-system/baremetal-ccm-agent (a DaemonSet's bound
+// token) and the group AgentGroup (per-node client certificates with CN
+// AgentUserName(node) and O AgentGroup, see `baremetal-ccmctl agent kubeconfig`).
+func AgentRBAC() []any {
+	meta := func(name, ns string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+			"app.kubernetes.io/name": "baremetal-ccm", "app.kubernetes.io/component": "agent",
+		}}
+	}
+	return []any{
+		&v1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: meta(AgentServiceAccount, Namespace)},
+		&rbacv1.ClusterRole{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+			ObjectMeta: meta(AgentClusterRole, ""),
+			Rules:      AgentClusterRoleRules(),
+		},
+		&rbacv1.ClusterRoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: meta(AgentClusterRole, ""),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: AgentClusterRole},
+			Subjects: []rbacv1.Subject{
+				{Kind: rbacv1.ServiceAccountKind, Name: AgentServiceAccount, Namespace: Namespace},
+				{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: AgentGroup},
 			},
 		},
 	}

@@ -62,6 +62,89 @@ func TestMetalLBRBACGolden(t *testing.T) {
 	golden(t, "../../packaging/kubernetes/rbac-metallb.yaml", append([]byte(strings.Replace(header, "%s", "rbac-metallb", 1)), data...))
 }
 
+func TestAgentRBACGolden(t *testing.T) {
+	data, err := YAML(AgentRBAC()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "../../packaging/kubernetes/rbac-agent.yaml", append([]byte(strings.Replace(header, "%s", "agent-rbac", 1)), data...))
+}
+
+// TestAgentRBAC: the agents' role grants exactly read access to Nodes, Services and
+// EndpointSlices and writing Events, and is bound to the agents' ServiceAccount and
+// certificate group only; the CCM's objects do not name the agents.
+func TestAgentRBAC(t *testing.T) {
+	type grant struct{ group, resource, verb string }
+	want := map[grant]bool{
+		{"", "nodes", "get"}: true, {"", "nodes", "list"}: true, {"", "nodes", "watch"}: true,
+		{"", "services", "list"}: true, {"", "services", "watch"}: true,
+		{"discovery.k8s.io", "endpointslices", "list"}: true, {"discovery.k8s.io", "endpointslices", "watch"}: true,
+		{"", "events", "create"}: true, {"", "events", "patch"}: true,
+	}
+	got := map[grant]bool{}
+	for _, r := range AgentClusterRoleRules() {
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("unexpected rule %+v", r)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					got[grant{g, res, v}] = true
+				}
+			}
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("agent grants = %v, want %v", got, want)
+	}
+	var kinds []string
+	for _, o := range AgentRBAC() {
+		switch o := o.(type) {
+		case *v1.ServiceAccount:
+			kinds = append(kinds, "ServiceAccount")
+			if o.Namespace != Namespace || o.Name != AgentServiceAccount {
+				t.Errorf("ServiceAccount %s/%s", o.Namespace, o.Name)
+			}
+		case *rbacv1.ClusterRole:
+			kinds = append(kinds, "ClusterRole")
+			if o.Name != AgentClusterRole || !reflect.DeepEqual(o.Rules, AgentClusterRoleRules()) {
+				t.Errorf("ClusterRole %s rules %+v", o.Name, o.Rules)
+			}
+		case *rbacv1.ClusterRoleBinding:
+			kinds = append(kinds, "ClusterRoleBinding")
+			wantSubjects := []rbacv1.Subject{
+				{Kind: "ServiceAccount", Name: "baremetal-ccm-agent", Namespace: "kube-system"},
+				{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: "system:baremetal-ccm-agents"},
+			}
+			if o.RoleRef.Name != AgentClusterRole || o.RoleRef.Kind != "ClusterRole" || !reflect.DeepEqual(o.Subjects, wantSubjects) {
+				t.Errorf("ClusterRoleBinding %s: roleRef %+v, subjects %+v", o.Name, o.RoleRef, o.Subjects)
+			}
+		default:
+			t.Errorf("unexpected object %T", o)
+		}
+	}
+	if !slices.Equal(kinds, []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}) {
+		t.Errorf("agent RBAC holds %v", kinds)
+	}
+	if AgentUserName("w-1") != "system:baremetal-ccm-agent:w-1" {
+		t.Errorf("AgentUserName = %q", AgentUserName("w-1"))
+	}
+	for _, o := range RBAC() {
+		var subjects []rbacv1.Subject
+		switch o := o.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			subjects = o.Subjects
+		case *rbacv1.RoleBinding:
+			subjects = o.Subjects
+		}
+		for _, s := range subjects {
+			if s.Name == AgentServiceAccount || s.Name == AgentGroup || strings.HasPrefix(s.Name, AgentUserPrefix) {
+				t.Errorf("the CCM's RBAC binds the agents' %s %s", s.Kind, s.Name)
+			}
+		}
+	}
+}
+
 func TestStaticPodSecurity(t *testing.T) {
 	o := DefaultStaticPodOptions()
 	o.ExtraArgs = []string{"--v=2"}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/instances"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
@@ -296,6 +297,17 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	}
 	if c.ctx == nil || c.client == nil {
 		return // not initialized: no API client for the monitor
+	}
+	if c.cfg.BGP != nil && (c.cfg.LoadBalancer == nil || c.cfg.LoadBalancer.Announcer != config.AnnouncerMetalLB) {
+		// Agents on worker hosts read their rack peers and router ID from their Node.
+		pub, err := hostinfo.NewPublisher(hostinfo.PublisherOptions{
+			Client: c.client, Nodes: nodes.Lister(), Informer: informer, View: c.store.View,
+		})
+		if err != nil {
+			klog.FromContext(c.ctx).Error(err, "The host-info publisher is off: agents on worker hosts get no rack peers")
+		} else {
+			go pub.Run(c.ctx)
+		}
 	}
 	b := c.cfg.BMC
 	mon := powermon.New(powermon.Config{

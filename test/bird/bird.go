@@ -71,6 +71,11 @@ type Options struct {
 	// speakers' host) that gets the speakers' end of the veth pair instead of the
 	// root namespace.
 	SpeakerNetns string
+	// SpeakerNetnsEach, when set, has one existing namespace per speaker (standing
+	// for one host each): speaker i gets a veth pair of its own into SpeakerNetnsEach[i],
+	// joined on BIRD's side by a bridge that holds the router's addresses. Exclusive
+	// with SpeakerNetns.
+	SpeakerNetnsEach []string
 	// GracefulRestart enables graceful restart on BIRD's side.
 	GracefulRestart bool
 }
@@ -189,17 +194,44 @@ func start(ctx context.Context, opts Options) (*Router, error) {
 		{"ip", "-n", r.Namespace, "addr", "add", r.RouterV6.String() + "/64", "dev", birdIfName, "nodad"},
 		{"ip", "-n", r.Namespace, "link", "set", birdIfName, "up"},
 	}
+	if len(opts.SpeakerNetnsEach) > 0 {
+		if len(opts.SpeakerNetnsEach) != len(opts.Speakers) || opts.SpeakerNetns != "" {
+			return r, fmt.Errorf("bird: SpeakerNetnsEach needs one namespace per speaker (%d), and no SpeakerNetns", len(opts.Speakers))
+		}
+		cmds = [][]string{
+			{"ip", "-n", r.Namespace, "link", "set", "lo", "up"},
+			{"ip", "-n", r.Namespace, "link", "add", "br0", "type", "bridge"},
+			{"ip", "-n", r.Namespace, "link", "set", birdIfName, "master", "br0"},
+			{"ip", "-n", r.Namespace, "addr", "add", r.RouterV4.String() + "/24", "dev", "br0"},
+			{"ip", "-n", r.Namespace, "addr", "add", r.RouterV6.String() + "/64", "dev", "br0", "nodad"},
+			{"ip", "-n", r.Namespace, "link", "set", birdIfName, "up"},
+			{"ip", "-n", r.Namespace, "link", "set", "br0", "up"},
+			{"ip", "link", "set", r.HostInterface, "up"},
+		}
+		for i, ns := range opts.SpeakerNetnsEach {
+			port, inside := fmt.Sprintf("p%d", i), fmt.Sprintf("rtr%d", r.Index)
+			cmds = append(cmds,
+				[]string{"ip", "-n", r.Namespace, "link", "add", port, "type", "veth", "peer", "name", inside, "netns", ns},
+				[]string{"ip", "-n", r.Namespace, "link", "set", port, "master", "br0"},
+				[]string{"ip", "-n", r.Namespace, "link", "set", port, "up"},
+				[]string{"ip", "-n", ns, "addr", "add", r.SpeakerV4(i).String() + "/24", "dev", inside},
+				[]string{"ip", "-n", ns, "addr", "add", r.SpeakerV6(i).String() + "/64", "dev", inside, "nodad"},
+				[]string{"ip", "-n", ns, "link", "set", inside, "up"})
+		}
+	}
 	hostIP := []string{"ip"}
 	if opts.SpeakerNetns != "" {
 		cmds = append(cmds, []string{"ip", "link", "set", r.HostInterface, "netns", opts.SpeakerNetns})
 		hostIP = []string{"ip", "-n", opts.SpeakerNetns}
 	}
-	for i := range opts.Speakers {
-		cmds = append(cmds,
-			append(append([]string{}, hostIP...), "addr", "add", r.SpeakerV4(i).String()+"/24", "dev", r.HostInterface),
-			append(append([]string{}, hostIP...), "addr", "add", r.SpeakerV6(i).String()+"/64", "dev", r.HostInterface, "nodad"))
+	if len(opts.SpeakerNetnsEach) == 0 {
+		for i := range opts.Speakers {
+			cmds = append(cmds,
+				append(append([]string{}, hostIP...), "addr", "add", r.SpeakerV4(i).String()+"/24", "dev", r.HostInterface),
+				append(append([]string{}, hostIP...), "addr", "add", r.SpeakerV6(i).String()+"/64", "dev", r.HostInterface, "nodad"))
+		}
+		cmds = append(cmds, append(append([]string{}, hostIP...), "link", "set", r.HostInterface, "up"))
 	}
-	cmds = append(cmds, append(append([]string{}, hostIP...), "link", "set", r.HostInterface, "up"))
 	for _, c := range cmds {
 		if _, err := run(ctx, c[0], c[1:]...); err != nil {
 			return r, fmt.Errorf("bird: network setup: %w", err)
@@ -322,6 +354,23 @@ func (r *Router) Protocol(i int, ipv6Session bool) string {
 		return fmt.Sprintf("s%dv6", i+1)
 	}
 	return fmt.Sprintf("s%d", i+1)
+}
+
+// SetPassword changes the TCP-MD5 password BIRD expects from speaker i ("" none),
+// rewrites bird.conf and has BIRD reload it; the sessions with that speaker restart.
+func (r *Router) SetPassword(ctx context.Context, i int, password string) error {
+	r.opts.Speakers[i].Password = password
+	if err := os.WriteFile(filepath.Join(r.dir, "bird.conf"), []byte(r.config()), 0o600); err != nil {
+		return err
+	}
+	out, err := r.Birdc(ctx, "configure")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(out, "Reconfigur") {
+		return fmt.Errorf("birdc configure: %s", out)
+	}
+	return nil
 }
 
 // Dir is the directory holding bird.conf, bird.log and bird.out (kept until cleanup).

@@ -30,17 +30,27 @@ import (
 // token from the TokenRequest API. A CCM run with it has exactly the packaged
 // permissions, so the e2e suite catches a missing one.
 func ApplyPackagedRBAC(ctx context.Context, cp *ControlPlane, kubeconfigPath string) error {
+	if err := ApplyPackagingFile(ctx, cp, "rbac.yaml"); err != nil {
+		return err
+	}
+	return WriteTokenKubeconfig(ctx, cp, manifests.Namespace, manifests.ServiceAccount, kubeconfigPath)
+}
+
+// ApplyPackagingFile creates the objects of packaging/kubernetes/<name> as an
+// operator applies them (Namespaces, ServiceAccounts and RBAC objects). Objects that
+// exist already are left as they are, so several tests may apply the same file.
+func ApplyPackagingFile(ctx context.Context, cp *ControlPlane, name string) error {
 	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(filepath.Join(root, "packaging", "kubernetes", "rbac.yaml"))
+	data, err := os.ReadFile(filepath.Join(root, "packaging", "kubernetes", name))
 	if err != nil {
-		return fmt.Errorf("packaged RBAC: %w", err)
+		return fmt.Errorf("packaged %s: %w", name, err)
 	}
 	objs, err := DecodeManifests(data)
 	if err != nil {
-		return fmt.Errorf("packaged RBAC: %w", err)
+		return fmt.Errorf("packaged %s: %w", name, err)
 	}
 	c := cp.Client
 	for _, o := range objs {
@@ -58,13 +68,13 @@ func ApplyPackagedRBAC(ctx context.Context, cp *ControlPlane, kubeconfigPath str
 		case *rbacv1.Role:
 			_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		default:
-			return fmt.Errorf("packaged RBAC: unexpected object %T", o)
+			return fmt.Errorf("packaged %s: unexpected object %T", name, o)
 		}
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("packaged RBAC: creating %T: %w", o, err)
+			return fmt.Errorf("packaged %s: creating %T: %w", name, o, err)
 		}
 	}
-	return WriteTokenKubeconfig(ctx, cp, manifests.Namespace, manifests.ServiceAccount, kubeconfigPath)
+	return nil
 }
 
 // WriteTokenKubeconfig writes a kubeconfig for the ServiceAccount namespace/name, with

@@ -1,0 +1,148 @@
+package hostinfo
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+const doc = `
+apiVersion: baremetal-ccm.io/v1alpha1
+kind: Inventory
+racks:
+- name: r1
+  bgpPeers:
+  - {address: 10.0.0.254, asn: 65001, passwordFile: /etc/baremetal-ccm/tor-r1, holdTime: 9s}
+  - {address: "fd00::fe", asn: 65001}
+hosts:
+- name: w1
+  rack: r1
+  addresses: [{type: InternalIP, address: "fd00::1"}, {type: InternalIP, address: 10.0.0.1}]
+- name: w2
+  bgpRouterID: 10.9.0.2
+  addresses: [{type: InternalIP, address: 10.0.0.2}]
+`
+
+func view(t *testing.T, s string) *inventory.View {
+	t.Helper()
+	v, err := inventory.Parse([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestForAndRoundTrip(t *testing.T) {
+	v := view(t, doc)
+	w1, _ := v.Host("w1")
+	info := For(v, w1)
+	if info.RouterID != "10.0.0.1" || info.Rack != "r1" || len(info.Peers) != 2 {
+		t.Fatalf("For(w1) = %+v, want router ID 10.0.0.1 (first IPv4 InternalIP), rack r1, 2 peers", info)
+	}
+	s := Encode(info)
+	if strings.Contains(s, "passwordFile") || strings.Contains(s, "tor-r1") {
+		t.Errorf("the annotation %s names the CCM's password file", s)
+	}
+	got, err := Decode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Peers[0].Password || got.Peers[1].Password || got.Peers[0].HoldTime.Duration != 9*time.Second || got.Peers[1].Port != 179 {
+		t.Errorf("decoded peers = %+v, want the password mark, settings and defaults kept", got.Peers)
+	}
+	w2, _ := v.Host("w2")
+	if info := For(v, w2); info.RouterID != "10.9.0.2" || len(info.Peers) != 0 {
+		t.Errorf("For(w2) = %+v, want the inventory's bgpRouterID and no peers", info)
+	}
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	for _, bad := range []string{
+		`{"host":"w1","peers":[{"address":"10.0.0.254","asn":65001,"passwordFile":"/etc/shadow"}]}`,
+		`{"host":"w1","extra":1}`,
+		`{"host":"w1","routerID":"fd00::1"}`,
+		`{"host":"w1","peers":[{"address":"not-an-ip","asn":65001}]}`,
+		`{"host":"w1"} {}`,
+		`not json`,
+	} {
+		if _, err := Decode(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Decode(%s) = %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+// The leader publishes on initialized Nodes of known hosts, follows inventory
+// changes, and leaves a Node whose host left the inventory as it was.
+func TestPublisher(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	initialized := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Spec: v1.NodeSpec{ProviderID: "baremetal://w1"}}
+	uninitialized := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w2"}}
+	client := fake.NewClientset(initialized, uninitialized)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	nodes := factory.Core().V1().Nodes()
+	var current atomicView
+	current.set(view(t, doc))
+	p, err := NewPublisher(PublisherOptions{Client: client, Nodes: nodes.Lister(), Informer: nodes.Informer(), View: current.get, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	go p.Run(ctx)
+
+	annotation := func(name string) string {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Annotations[Annotation]
+	}
+	waitFor(t, "w1's annotation", func() bool { return annotation("w1") != "" })
+	info, err := Decode(annotation("w1"))
+	if err != nil || info.Host != "w1" || len(info.Peers) != 2 {
+		t.Fatalf("w1's annotation = %+v (%v), want host w1 with 2 peers", info, err)
+	}
+	if annotation("w2") != "" {
+		t.Error("an uninitialized Node got the annotation")
+	}
+
+	// The rack's peers change: the annotation follows.
+	current.set(view(t, strings.Replace(doc, "10.0.0.254", "10.0.0.250", 1)))
+	waitFor(t, "the changed peer", func() bool { return strings.Contains(annotation("w1"), "10.0.0.250") })
+
+	// The host leaves the inventory: the annotation stays.
+	before := annotation("w1")
+	current.set(view(t, strings.Replace(strings.Replace(doc, "- name: w1\n  rack: r1\n  addresses: [{type: InternalIP, address: \"fd00::1\"}, {type: InternalIP, address: 10.0.0.1}]\n", "", 1), "10.0.0.254", "10.0.0.250", 1)))
+	time.Sleep(300 * time.Millisecond)
+	if got := annotation("w1"); got != before {
+		t.Errorf("the annotation of a Node whose host left the inventory changed to %q", got)
+	}
+}
+
+type atomicView struct {
+	p atomic.Pointer[inventory.View]
+}
+
+func (a *atomicView) set(v *inventory.View)         { a.p.Store(v) }
+func (a *atomicView) get() (*inventory.View, error) { return a.p.Load(), nil }
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,154 @@
+package hostinfo
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+// PublisherOptions configure a Publisher.
+type PublisherOptions struct {
+	Client   kubernetes.Interface
+	Nodes    corelisters.NodeLister
+	Informer cache.SharedIndexInformer
+	// View returns the accepted inventory.
+	View func() (*inventory.View, error)
+	// Interval is how often the inventory is checked for changes. Default 2s.
+	Interval time.Duration
+}
+
+// Publisher keeps Annotation current on every initialized Node (providerID
+// baremetal://<host>) whose host is in the accepted inventory. It runs on the leader.
+// A Node whose host is missing from the inventory keeps its last annotation: a host
+// leaving the inventory is the deletion guard's business, and an agent keeps peering
+// meanwhile.
+type Publisher struct {
+	o      PublisherOptions
+	queue  workqueue.TypedRateLimitingInterface[string]
+	digest string
+}
+
+// NewPublisher registers its event handler on o.Informer.
+func NewPublisher(o PublisherOptions) (*Publisher, error) {
+	if o.Interval <= 0 {
+		o.Interval = 2 * time.Second
+	}
+	p := &Publisher{o: o, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, time.Minute),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "hostinfo"})}
+	enqueue := func(obj any) {
+		if n, ok := obj.(*v1.Node); ok {
+			p.queue.Add(n.Name)
+		}
+	}
+	if _, err := o.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Run publishes until ctx is done.
+func (p *Publisher) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("hostinfo")
+	ctx = klog.NewContext(ctx, logger)
+	defer p.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), p.o.Informer.HasSynced) {
+		return
+	}
+	go func() {
+		for p.processNext(ctx) {
+		}
+	}()
+	tick := time.NewTicker(p.o.Interval)
+	defer tick.Stop()
+	for {
+		p.checkInventory()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// checkInventory enqueues every Node when the accepted inventory changed.
+func (p *Publisher) checkInventory() {
+	v, err := p.o.View()
+	if err != nil || v == nil || v.Digest() == p.digest {
+		return
+	}
+	p.digest = v.Digest()
+	nodes, _ := p.o.Nodes.List(labels.Everything())
+	for _, n := range nodes {
+		p.queue.Add(n.Name)
+	}
+}
+
+func (p *Publisher) processNext(ctx context.Context) bool {
+	name, quit := p.queue.Get()
+	if quit {
+		return false
+	}
+	defer p.queue.Done(name)
+	if err := p.sync(ctx, name); err != nil {
+		klog.FromContext(ctx).Error(err, "Publishing the host's BGP settings on its Node; retrying", "node", name)
+		p.queue.AddRateLimited(name)
+		return true
+	}
+	p.queue.Forget(name)
+	return true
+}
+
+// sync publishes the annotation of one Node when it differs.
+func (p *Publisher) sync(ctx context.Context, name string) error {
+	n, err := p.o.Nodes.Get(name)
+	if errors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	id, ok := inventory.HostIDFromProviderID(n.Spec.ProviderID)
+	if !ok {
+		return nil // not initialized by us (yet): nothing to publish
+	}
+	v, err := p.o.View()
+	if err != nil || v == nil {
+		return nil // no accepted inventory yet: checkInventory enqueues once there is
+	}
+	h, ok := v.Host(id)
+	if !ok || h.Name != id {
+		return nil
+	}
+	want := Encode(For(v, h))
+	if n.Annotations[Annotation] == want {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{Annotation: want}}})
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if _, err := p.o.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if errors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Published the host's BGP settings", "node", name, "host", h.Name, "value", want)
+	return nil
+}

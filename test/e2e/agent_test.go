@@ -1,0 +1,245 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
+	"github.com/baremetal-ccm/baremetal-ccm/test/bird"
+	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
+)
+
+// TestAgentLeastPrivilege: two worker hosts (network namespaces) run the agent alone
+// under the agent role (a per-node client certificate, see TestAgentRBAC for what the
+// role allows), with a CloudConfig that has no inventory section and no inventory,
+// BMC or inventory credential on the host. The CCM (leader) initializes their Nodes
+// from the inventory and publishes each host's rack peers and router ID on its Node.
+// Each agent peers with the rack's BIRD using its own host's TCP-MD5 password, and
+// announces only itself: its own pod CIDR, a Cluster Service's IP via itself, and a
+// Local Service's IP only where the Service has an endpoint. A rotated password
+// (router and file) is applied without a restart.
+func TestAgentLeastPrivilege(t *testing.T) {
+	l := newLabNoCCM(t)
+	ctx := l.ctx
+	if err := framework.ApplyAgentRBAC(ctx, l.cp); err != nil {
+		t.Fatal(err)
+	}
+	workers := []*framework.Host{framework.NewHost(t, l.cp), framework.NewHost(t, l.cp)}
+	passwords := []string{"w0-" + rand.String(8), "w1-" + rand.String(8)}
+	r := bird.Start(t, bird.Options{
+		Speakers:         []bird.Speaker{{Password: passwords[0]}, {Password: passwords[1]}},
+		SpeakerNetnsEach: []string{workers[0].Name, workers[1].Name},
+	})
+	suffix := rand.String(4)
+	names := []string{"ag-0-" + suffix, "ag-1-" + suffix}
+	ns := "agent-" + suffix
+	if _, err := l.cp.Client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = l.cp.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+
+	// The inventory, on the CCM's side only: the rack's router with a password file
+	// (the CCM's copy, never sent to workers).
+	ccmPassword := filepath.Join(l.dir, "tor-password")
+	writeFile(t, ccmPassword, "ccm-side-copy\n")
+	l.setInventory(fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
+kind: Inventory
+racks:
+- name: r1
+  bgpPeers:
+  - {address: %s, asn: %d, passwordFile: %s, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
+hosts:
+- {name: %s, rack: r1, addresses: [{type: InternalIP, address: %s}]}
+- {name: %s, rack: r1, bgpRouterID: 10.77.0.2, addresses: [{type: InternalIP, address: %s}]}
+`, r.RouterV4, r.ASN, ccmPassword, names[0], r.SpeakerV4(0), names[1], r.SpeakerV4(1)))
+	pools := `loadBalancer:
+  pools:
+  - name: agents
+    addresses: [192.0.2.64/28]
+`
+	l.writeConfig("", pools+"bgp: {localASN: 65000, nextHop: nodes, announcePodCIDRs: true}\n")
+	l.ccm = framework.StartCCM(t, l.cp, l.config, "--node-monitor-period=1s",
+		"--controllers=cloud-node-controller,service-lb-controller", "--bgp-router-id=10.77.0.100")
+	if err := l.ccm.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The kubelets register the Nodes; the CCM initializes them and publishes.
+	for i, name := range names {
+		l.createNode(framework.NodeSpec{Name: name, InternalIPs: []string{r.SpeakerV4(i).String()}, Ready: ready(v1.ConditionTrue)})
+		cidr := fmt.Sprintf("10.244.%d.0/24", 60+i)
+		patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, cidr, cidr)
+		if _, err := l.cp.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, name := range names {
+		n := l.waitInitialized(name)
+		var info hostinfo.Info
+		err := framework.WaitFor(ctx, 60*time.Second, "the host's BGP settings on "+name, func(ctx context.Context) (bool, error) {
+			n, err := l.node(name)
+			if err != nil {
+				return false, err
+			}
+			var ok bool
+			info, ok, err = hostinfo.FromNode(n)
+			return ok, err
+		})
+		if err != nil {
+			t.Fatalf("%v; node annotations: %v", err, n.Annotations)
+		}
+		wantRID := []string{r.SpeakerV4(0).String(), "10.77.0.2"}[i]
+		if info.Host != name || info.Rack != "r1" || info.RouterID != wantRID || len(info.Peers) != 1 || !info.Peers[0].Password || info.Peers[0].Address != r.RouterV4.String() {
+			t.Errorf("published on %s: %+v; want host %s, rack r1, router ID %s, the router as the one peer expecting a password", name, info, name, wantRID)
+		}
+		raw := n.Annotations[hostinfo.Annotation]
+		if strings.Contains(raw, ccmPassword) || strings.Contains(raw, "ccm-side-copy") {
+			t.Errorf("the annotation on %s names the CCM's password file: %s", name, raw)
+		}
+	}
+
+	// The workers: agent identity, a CloudConfig without inventory, their own password.
+	agentCfg := filepath.Join(l.dir, "agent-cloud-config.yaml")
+	writeFile(t, agentCfg, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\n"+pools+"bgp: {localASN: 65000, nextHop: nodes, announcePodCIDRs: true}\n")
+	if data, _ := os.ReadFile(agentCfg); strings.Contains(string(data), "inventory") || strings.Contains(string(data), "bmc") {
+		t.Fatalf("the worker's CloudConfig mentions the inventory or BMCs:\n%s", data)
+	}
+	pwFiles := make([]string, 2)
+	for i, name := range names {
+		pwFiles[i] = filepath.Join(l.dir, fmt.Sprintf("bgp-password-%d", i))
+		writeFile(t, pwFiles[i], passwords[i]+"\n")
+		kc := framework.AgentKubeconfig(t, l.cp, workers[i], name)
+		framework.StartAgentIn(t, workers[i], agentCfg, name, "--kubeconfig="+kc, "--bgp-password-file="+pwFiles[i])
+	}
+	waitSession := func(i int, what string) {
+		t.Helper()
+		err := framework.WaitFor(ctx, 60*time.Second, what, func(ctx context.Context) (bool, error) {
+			st, err := r.ProtocolState(ctx, r.Protocol(i, false))
+			return err == nil && st.Established(), nil
+		})
+		if err != nil {
+			t.Fatalf("%v\nbird.log:\n%s", err, r.Log())
+		}
+	}
+	waitSession(0, "worker 0's MD5 session with its own password")
+	waitSession(1, "worker 1's MD5 session with its own password")
+
+	// waitFrom waits until BIRD holds prefix exactly from the given workers, each with
+	// its own address as next hop.
+	waitFrom := func(prefix netip.Prefix, workers ...int) {
+		t.Helper()
+		var got []bird.Route
+		err := framework.WaitFor(ctx, 60*time.Second, fmt.Sprintf("%s from workers %v only", prefix, workers), func(ctx context.Context) (bool, error) {
+			routes, err := r.RoutesFor(ctx, prefix)
+			if err != nil {
+				return false, nil
+			}
+			got = routes
+			var have, want []string
+			for _, rt := range routes {
+				have = append(have, fmt.Sprintf("%s via %v", rt.Protocol, rt.BGPNextHop[0]))
+			}
+			for _, w := range workers {
+				want = append(want, fmt.Sprintf("%s via %v", r.Protocol(w, false), r.SpeakerV4(w)))
+			}
+			slices.Sort(have)
+			slices.Sort(want)
+			return slices.Equal(have, want), nil
+		})
+		if err != nil {
+			t.Fatalf("%v; last seen: %+v", err, got)
+		}
+	}
+	waitFrom(netip.MustParsePrefix("10.244.60.0/24"), 0)
+	waitFrom(netip.MustParsePrefix("10.244.61.0/24"), 1)
+
+	// A Cluster Service: both workers take its traffic. A Local one with its only
+	// endpoint on worker 0: worker 0 alone.
+	createSvc := func(name string, policy v1.ServiceExternalTrafficPolicy) netip.Addr {
+		t.Helper()
+		s := &v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: policy, Selector: map[string]string{"app": name},
+				Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80}}},
+		}
+		if _, err := l.cp.Client.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var ip netip.Addr
+		err := framework.WaitFor(ctx, 60*time.Second, "an IP for "+name, func(ctx context.Context) (bool, error) {
+			s, err := l.cp.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
+				return false, err
+			}
+			ip = netip.MustParseAddr(s.Status.LoadBalancer.Ingress[0].IP)
+			return true, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ip
+	}
+	clusterIP := createSvc("cluster", v1.ServiceExternalTrafficPolicyCluster)
+	localIP := createSvc("local", v1.ServiceExternalTrafficPolicyLocal)
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "local-1", Labels: map[string]string{discoveryv1.LabelServiceName: "local"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.60.5"}, NodeName: ptr.To(names[0]), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](80)}},
+	}
+	if _, err := l.cp.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFrom(netip.PrefixFrom(clusterIP, 32), 0, 1)
+	waitFrom(netip.PrefixFrom(localIP, 32), 0)
+
+	// Rotation: the router and worker 0's file change to a new password; the agent
+	// re-reads the file and re-creates the session, without a restart.
+	rotated := "w0-rotated-" + rand.String(8)
+	var all []bird.Route
+	var err error
+	if err := r.SetPassword(ctx, 0, rotated); err != nil {
+		t.Fatal(err)
+	}
+	err = framework.WaitFor(ctx, 60*time.Second, "worker 0's session down with the old password", func(ctx context.Context) (bool, error) {
+		st, err := r.ProtocolState(ctx, r.Protocol(0, false))
+		return err == nil && !st.Established(), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, pwFiles[0], rotated+"\n")
+	waitSession(0, "worker 0's session with the rotated password")
+	waitFrom(netip.PrefixFrom(localIP, 32), 0)
+	waitFrom(netip.MustParsePrefix("10.244.60.0/24"), 0)
+
+	// What the agents announce, per prefix, is O(1) per host: BIRD holds one path per
+	// (prefix, announcing host) and nothing more.
+	all, err = r.Routes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 5 {
+		b, _ := json.MarshalIndent(all, "", " ")
+		t.Errorf("BIRD holds %d paths, want 5 (2 pod CIDRs, the Cluster IP via 2 hosts, the Local IP via 1):\n%s", len(all), b)
+	}
+}
