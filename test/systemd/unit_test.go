@@ -482,7 +482,7 @@ func TestAgentAsHardened(t *testing.T) {
 func TestEnvironmentFile(t *testing.T) {
 	wantFlags := map[string][]string{
 		mainUnit:  {"--cloud-config=/etc/baremetal-ccm/cloud-config.yaml", "--kubeconfig=/etc/baremetal-ccm/kubeconfig"},
-		agentUnit: {"--cloud-config=/etc/baremetal-ccm/cloud-config.yaml", "--kubeconfig=/etc/baremetal-ccm/kubeconfig"},
+		agentUnit: {"--cloud-config=/etc/baremetal-ccm/cloud-config.yaml", "--kubeconfig=/etc/baremetal-ccm/agent.kubeconfig"},
 	}
 	varRE := regexp.MustCompile(`\$([A-Z_]+)`)
 	forEachUnit(t, func(t *testing.T, u unit) {
