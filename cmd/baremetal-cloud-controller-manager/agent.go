@@ -61,14 +61,15 @@ type agentDeps struct {
 }
 
 // startAgent runs the replica-local agent (BGP announcements, route mirror) on every
-// replica, leader or not, when the CloudConfig asks for any of it. The returned
-// channel closes when the agent has stopped and withdrawn its routes.
-func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.Cloud, f *agentFlags) (<-chan struct{}, error) {
+// replica, leader or not, when the CloudConfig asks for any of it (else the agent
+// is nil). The returned channel closes when the agent has stopped and withdrawn its
+// routes.
+func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.Cloud, f *agentFlags) (*agent.Agent, <-chan struct{}, error) {
 	cfg := cloud.Config()
 	if cfg.BGP == nil && cfg.Routes == nil {
 		done := make(chan struct{})
 		close(done)
-		return done, nil
+		return nil, done, nil
 	}
 	d := agentDeps{cfg: cfg, kernel: cloud.Kernel(), store: cloud.Store(), start: cloud.Start}
 	if b := cloud.Balancer(); b != nil {
@@ -77,7 +78,7 @@ func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.
 	if f.routerID != "" {
 		rid, err := parseRouterID(f.routerID)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		d.routerID = rid
 	} else if cfg.BGP != nil && cfg.BGP.RouterID != "" && c.ComponentConfig.Generic.LeaderElection.LeaderElect {
@@ -94,9 +95,10 @@ func parseRouterID(s string) (netip.Addr, error) {
 	return rid, nil
 }
 
-// runAgent starts the agent with client and factory (which it starts) and returns a
-// channel closed when it has stopped. An agent that cannot run exits the process.
-func runAgent(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, d agentDeps, nodeName string) (<-chan struct{}, error) {
+// runAgent starts the agent with client and factory (which it starts) and returns it
+// and a channel closed when it has stopped. An agent that cannot run exits the
+// process.
+func runAgent(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, d agentDeps, nodeName string) (*agent.Agent, <-chan struct{}, error) {
 	done := make(chan struct{})
 	cfg := d.cfg
 	logger := klog.FromContext(ctx).WithName("agent")
@@ -137,7 +139,7 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 	}
 	a, err := agent.New(opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	go func() {
 		defer close(done)
@@ -148,7 +150,7 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 			os.Exit(1)
 		}
 	}()
-	return done, nil
+	return a, done, nil
 }
 
 func speakerConfig(b *bmconfig.BGPConfig, id agent.Identity) bgp.Config {
@@ -156,6 +158,7 @@ func speakerConfig(b *bmconfig.BGPConfig, id agent.Identity) bgp.Config {
 		LocalASN: b.LocalASN, RouterID: id.RouterID, ListenPort: b.ListenPort,
 		Peers: b.Peers, Communities: b.Communities, LargeCommunities: b.LargeCommunities,
 		IPv4NextHop: id.IPv4, IPv6NextHop: id.IPv6,
+		OnStop: b.OnStop, DeferSessions: true,
 	}
 }
 

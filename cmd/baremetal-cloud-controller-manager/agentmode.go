@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -119,15 +120,25 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	go func() { <-stop; cancel() }()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object))
 	nodes := factory.Core().V1().Nodes().Informer()
-	done, err := runAgent(ctx, client, factory, d, *nodeName)
+	a, done, err := runAgent(ctx, client, factory, d, *nodeName)
 	if err != nil {
 		return fail(err)
 	}
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced) {
-			klog.InfoS("Agent serving: informers synced", "event", "serving")
-			_ = notifier.Ready()
+		// READY=1 once the informers synced and the agent applies everything: its
+		// BGP sessions up with this host's paths at the routers (or bgp.readyTimeout
+		// passed), so a restart that waits for it leaves no prefix without a path.
+		if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced) {
+			return
 		}
+		if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			ok, _ := a.Ready(ctx)
+			return ok, nil
+		}); err != nil {
+			return
+		}
+		klog.InfoS("Agent serving: informers synced, announcements at the routers", "event", "serving")
+		_ = notifier.Ready()
 	}()
 	<-ctx.Done()
 	select {

@@ -54,11 +54,15 @@ func main() {
 	version.RegisterMetrics()
 
 	// SIGTERM or SIGINT: systemd is told STOPPING=1 first (synchronously, so it is sent
-	// before the process can exit), then stop closes, the command returns, flushing
-	// queued events, and the process exits 0. A second signal exits at once.
+	// before the process can exit), then stop closes: the leader stops its
+	// controllers and releases its Lease, the agent withdraws (or, with bgp.onStop
+	// retain, leaves its paths to the routers' graceful restart), the command
+	// returns, flushing queued events, and the process exits 0. A second signal
+	// exits at once.
 	notifier := sdnotify.New()
 	stop := stopOnSignal(notifier)
 	ctx := wait.ContextForChannel(stop)
+	p := &process{ctx: ctx, notifier: notifier}
 	var (
 		flags     agentFlags
 		agentDone <-chan struct{}
@@ -73,20 +77,24 @@ func main() {
 			informers.WithTransform(trim.Object))
 		cloud := newCloud(c)
 		bareCloud = cloud.(*provider.Cloud)
+		// The inventory is loaded and reloaded for the process's life: the agent
+		// reads the host's rack peers from it, every leadership term its hosts.
+		bareCloud.Start(ctx)
 		// The agent runs on every replica, leader or not: it starts before leader
 		// election and uses the same informer factory as the controllers.
-		done, err := startAgent(ctx, c, cloud.(*provider.Cloud), &flags)
+		a, done, err := startAgent(ctx, c, bareCloud, &flags)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
 			os.Exit(1)
 		}
+		if a != nil {
+			p.agent = a
+		}
 		agentDone = done
-		go notifyWhenServing(ctx, c, notifier)
+		go notifyWhenServing(ctx, c, p)
 		return cloud
 	}
-	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, controllerConstructors(),
-		names.CCMControllerAliases(), extra, stop)
-	cmd.Use = program
+	cmd := newCommand(opts, initCloud, controllerConstructors(), names.CCMControllerAliases(), extra, p)
 	cmd.Long = program + " runs the Kubernetes cloud controllers (node, node-lifecycle, service, route) for on-prem bare metal: Nodes are initialized from a server inventory, LoadBalancer Services get IPs from the datacenter's pools, announced over BGP by every replica, and pod-CIDR routes are programmed into the kernel."
 	code := cli.Run(cmd)
 	// Stopping: the agent is already withdrawing its BGP routes (its context is done);

@@ -13,16 +13,18 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/cloud-provider/app/config"
 	"k8s.io/klog/v2"
-
-	"github.com/baremetal-ccm/baremetal-ccm/internal/sdnotify"
 )
 
 // notifyWhenServing tells systemd READY=1 once this replica really serves: its Node
 // informer (the replica-local view of the cluster; it runs on every replica, leader or
-// not) has synced and the secure port answers /healthz. It then pings the watchdog only
-// while /healthz keeps answering, so a wedged process is restarted. Outside systemd
-// the notifications are no-ops but readiness is still logged.
-func notifyWhenServing(ctx context.Context, c *config.CompletedConfig, n *sdnotify.Notifier) {
+// not) has synced, the secure port answers /healthz and the agent applies everything
+// (/readyz: its BGP sessions up with this host's paths at the routers), so a rolling
+// restart that waits for READY never leaves a prefix without a path. It then pings
+// the watchdog only while /healthz keeps answering, so a wedged process is
+// restarted. Outside systemd the notifications are no-ops but readiness is still
+// logged.
+func notifyWhenServing(ctx context.Context, c *config.CompletedConfig, p *process) {
+	n := p.notifier
 	logger := klog.FromContext(ctx).WithName("serving")
 	nodes := c.SharedInformers.Core().V1().Nodes().Informer()
 	c.SharedInformers.Start(ctx.Done())
@@ -30,16 +32,20 @@ func notifyWhenServing(ctx context.Context, c *config.CompletedConfig, n *sdnoti
 		return
 	}
 	health := healthCheck(c)
-	if err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		err := health(ctx)
-		if err != nil {
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if err := health(ctx); err != nil {
 			logger.V(2).Info("Waiting for /healthz", "err", err)
+			return false, nil
 		}
-		return err == nil, nil
+		ok, why := readiness(ctx, nodes.HasSynced, p)
+		if !ok {
+			logger.V(2).Info("Waiting for readiness", "reason", why)
+		}
+		return ok, nil
 	}); err != nil {
 		return
 	}
-	logger.Info("Serving: informers synced, /healthz OK", "event", "serving", "systemd", n.Enabled())
+	logger.Info("Serving: informers synced, /healthz OK, ready", "event", "serving", "systemd", n.Enabled())
 	if err := n.Ready(); err != nil {
 		logger.Error(err, "Cannot tell systemd READY=1")
 	}

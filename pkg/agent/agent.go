@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/nodehealth"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
 )
 
@@ -50,6 +52,11 @@ type Speaker interface {
 	SetPeers(peers []config.BGPPeer) error
 	// RefreshPasswords re-reads the static peers' password files.
 	RefreshPasswords() error
+	// Synced says every source has announced its complete state: sessions may open.
+	Synced() error
+	// Ready reports whether every session is up with this host's paths sent, and
+	// names the peers that are not.
+	Ready() (bool, []string)
 }
 
 // Mirror keeps this host's kernel routes equal to the Nodes' pod CIDRs (routes.Mirror).
@@ -98,6 +105,8 @@ type Options struct {
 	ResyncInterval time.Duration
 	// PeerResyncInterval re-reads the peers and their password files. Default: 5s.
 	PeerResyncInterval time.Duration
+	// Clock is time.Now unless a test sets it.
+	Clock func() time.Time
 }
 
 // Identity is what the speaker needs to know about this host.
@@ -125,6 +134,14 @@ type Agent struct {
 	peersLog string            // what was last logged about the peers
 	waitLog  string            // why the speaker is not started yet, as last logged
 	routerID netip.Addr        // of the running speaker
+	// passed: the first full pass was applied (and the speaker told so).
+	passed bool
+	// started is when the informers synced; readyLog what Ready last logged.
+	started  time.Time
+	readyLog string
+	ready    bool
+	// health probes the nodes' health endpoints (bgp.nodeHealthCheck, mode nodes).
+	health *nodehealth.Checker
 }
 
 // New registers the agent's informers on o.Informers (call before starting it, or the
@@ -139,7 +156,20 @@ func New(o Options) (*Agent, error) {
 	if o.PeerResyncInterval <= 0 {
 		o.PeerResyncInterval = 5 * time.Second
 	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
 	a := &Agent{o: o, trigger: make(chan struct{}, 1), problems: map[string]string{}}
+	if b := o.Config.BGP; b != nil && b.NodeHealthCheck != nil && b.NextHop == config.NextHopNodes && !o.SelfOnly {
+		h := b.NodeHealthCheck
+		checker, err := nodehealth.New(nodehealth.Config{
+			Period: h.Period.Duration, Timeout: h.Timeout.Duration, FailureThreshold: int(h.FailureThreshold),
+		}, a.kick)
+		if err != nil {
+			return nil, fmt.Errorf("agent: bgp.nodeHealthCheck: %w", err)
+		}
+		a.health = checker
+	}
 	svc := o.Informers.Core().V1().Services()
 	sl := o.Informers.Discovery().V1().EndpointSlices()
 	nd := o.Informers.Core().V1().Nodes()
@@ -181,14 +211,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	logger.Info("Agent informers synced", "self", a.o.Self)
+	if a.health != nil {
+		go a.health.Run(ctx)
+	}
+	a.mu.Lock()
+	a.started = a.o.Clock()
+	a.mu.Unlock()
 
 	var speakerDone chan error
 	wantSpeaker := a.o.Config.BGP != nil && a.o.NewSpeaker != nil
 	startSpeaker := func() error {
 		id, err := a.identity()
 		if err != nil {
-			if msg := err.Error(); msg != a.waitLog {
-				a.waitLog = msg
+			a.mu.Lock()
+			msg, changed := err.Error(), err.Error() != a.waitLog
+			a.waitLog = msg
+			a.mu.Unlock()
+			if changed {
 				logger.Info("BGP speaker not started yet", "reason", msg)
 			}
 			return nil
@@ -199,6 +238,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.mu.Lock()
 		a.speaker, a.routerID = sp, id.RouterID
+		a.passed = false
 		a.mu.Unlock()
 		speakerDone = make(chan error, 1)
 		go func() { speakerDone <- sp.Run(ctx) }()
@@ -248,7 +288,91 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 		a.sync(ctx)
+		a.markSynced(ctx)
 	}
+}
+
+// markSynced tells the speaker, after the first pass that applied everything, that
+// its sessions may open: each router then gets every path before End-of-RIB.
+func (a *Agent) markSynced(ctx context.Context) {
+	a.mu.Lock()
+	sp, done := a.speaker, a.passed
+	if sp != nil {
+		a.passed = true
+	}
+	if sp == nil && (a.o.Config.BGP == nil || a.o.NewSpeaker == nil) {
+		a.passed = true // nothing to announce: synced once the first pass ran
+	}
+	a.mu.Unlock()
+	if sp == nil || done {
+		return
+	}
+	if err := sp.Synced(); err != nil {
+		klog.FromContext(ctx).Error(err, "Opening the BGP sessions failed; retrying on the next pass")
+		a.mu.Lock()
+		a.passed = false
+		a.mu.Unlock()
+	}
+}
+
+// Ready reports whether this host applies everything the API says: the informers
+// synced and a first full pass applied, and with BGP, every session up with this
+// host's paths acknowledged by the router (bgp.Speaker.Ready). A speaker that is
+// not ready bgp.readyTimeout after the informers synced is reported ready anyway
+// (a router that is down must not keep a replica from serving), with the peers
+// still down in the reason and a log line when that changes.
+func (a *Agent) Ready(ctx context.Context) (bool, string) {
+	a.mu.Lock()
+	sp, passed, started := a.speaker, a.passed, a.started
+	a.mu.Unlock()
+	var ready bool
+	var why string
+	switch {
+	case started.IsZero():
+		why = "informers not synced yet"
+	case !passed && sp == nil && a.o.Config.BGP != nil && a.o.NewSpeaker != nil:
+		why = "BGP speaker not started: " + a.waitReason()
+	case !passed:
+		why = "first pass not applied yet"
+	case sp == nil:
+		ready = true
+	default:
+		ok, waiting := sp.Ready()
+		ready = ok
+		if !ok {
+			why = "BGP sessions not ready: " + strings.Join(waiting, "; ")
+		}
+	}
+	if !ready && !started.IsZero() && a.o.Config.BGP != nil {
+		if t := a.o.Config.BGP.ReadyTimeout; t != nil && a.o.Clock().Sub(started) >= t.Duration {
+			ready, why = true, "ready after bgp.readyTimeout "+t.Duration.String()+" although "+why
+		}
+	}
+	a.mu.Lock()
+	changed := why != a.readyLog || ready != a.ready
+	a.readyLog, a.ready = why, ready
+	a.mu.Unlock()
+	if changed {
+		logger := klog.FromContext(ctx).WithName("agent")
+		switch {
+		case ready && why != "":
+			logger.Info("Warning: reporting ready without every BGP session", "reason", why)
+		case ready:
+			logger.Info("Ready: every BGP session is up and this host's paths are at the routers")
+		default:
+			logger.V(2).Info("Not ready", "reason", why)
+		}
+	}
+	return ready, why
+}
+
+func (a *Agent) waitReason() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waitLog == "" {
+		return "waiting for the first pass"
+	}
+	return a.waitLog
 }
 
 // sync computes and applies everything from the informer caches.
@@ -295,23 +419,15 @@ func (a *Agent) syncLoadBalancers(ctx context.Context, sp Speaker, nodes []*v1.N
 		byName[n.Name] = n
 	}
 	want, problems := lb.Desired(lb.State{
-		Services: svcs,
-		EndpointSlices: func(ns, name string) []*discoveryv1.EndpointSlice {
-			objs, _ := a.sliceIndex.ByIndex(sliceServiceIndex, ns+"/"+name)
-			out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
-			for _, o := range objs {
-				if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
-					out = append(out, sl)
-				}
-			}
-			return out
-		},
-		Node:     func(name string) (*v1.Node, bool) { n, ok := byName[name]; return n, ok },
-		Nodes:    nodes,
-		Pool:     a.o.Pool,
-		NextHop:  a.o.Config.BGP.NextHop,
-		Self:     a.o.Self,
-		SelfOnly: a.o.SelfOnly,
+		Services:       svcs,
+		EndpointSlices: a.slicesOf,
+		Node:           func(name string) (*v1.Node, bool) { n, ok := byName[name]; return n, ok },
+		Nodes:          nodes,
+		Pool:           a.o.Pool,
+		NextHop:        a.o.Config.BGP.NextHop,
+		Self:           a.o.Self,
+		SelfOnly:       a.o.SelfOnly,
+		Healthy:        a.healthy(svcs, nodes),
 	})
 	a.reportProblems(ctx, problems)
 	paths := make([]bgp.Path, 0, len(want))
@@ -319,6 +435,76 @@ func (a *Agent) syncLoadBalancers(ctx context.Context, sp Speaker, nodes []*v1.N
 		paths = append(paths, bgp.Path{Prefix: w.Prefix, NextHops: w.NextHops, Communities: w.Communities, LargeCommunities: w.LargeCommunities, LocalPref: w.LocalPref})
 	}
 	sp.Announce(SourceLoadBalancers, paths)
+}
+
+// healthy sets the node health checker's targets for this pass (every eligible
+// node's kube-proxy, every Local Service's healthCheckNodePort on its endpoint
+// nodes) and returns the verdict for lb.State.Healthy; nil without the checker.
+func (a *Agent) healthy(svcs []*v1.Service, nodes []*v1.Node) func(*v1.Node, *v1.Service) bool {
+	if a.health == nil {
+		return nil
+	}
+	h := a.o.Config.BGP.NodeHealthCheck
+	target := func(n *v1.Node, port int32, path string) (nodehealth.Target, bool) {
+		ip, ok := lb.InternalIP(n, true)
+		if !ok {
+			ip, ok = lb.InternalIP(n, false)
+		}
+		return nodehealth.Target{Node: n.Name, Addr: ip, Port: port, Path: path}, ok
+	}
+	var targets []nodehealth.Target
+	byName := make(map[string]*v1.Node, len(nodes))
+	for _, n := range nodes {
+		if !lb.Eligible(n) {
+			continue
+		}
+		byName[n.Name] = n
+		if t, ok := target(n, h.KubeProxyPort, "/healthz"); ok {
+			targets = append(targets, t)
+		}
+	}
+	for _, svc := range svcs {
+		p := localHealthPort(svc)
+		if p == 0 || len(lb.IngressIPs(svc)) == 0 {
+			continue
+		}
+		for name := range lb.ReadyEndpointNodes(a.slicesOf(svc.Namespace, svc.Name)) {
+			if n, ok := byName[name]; ok {
+				if t, ok := target(n, p, "/"); ok {
+					targets = append(targets, t)
+				}
+			}
+		}
+	}
+	a.health.Set(targets)
+	return func(n *v1.Node, svc *v1.Service) bool {
+		port, path := h.KubeProxyPort, "/healthz"
+		if p := localHealthPort(svc); p > 0 {
+			port, path = p, "/"
+		}
+		t, ok := target(n, port, path)
+		return !ok || a.health.Healthy(t)
+	}
+}
+
+// slicesOf returns a Service's EndpointSlices from the cache.
+func (a *Agent) slicesOf(namespace, name string) []*discoveryv1.EndpointSlice {
+	objs, _ := a.sliceIndex.ByIndex(sliceServiceIndex, namespace+"/"+name)
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+			out = append(out, sl)
+		}
+	}
+	return out
+}
+
+// localHealthPort is a Local LoadBalancer Service's healthCheckNodePort (0 if none).
+func localHealthPort(svc *v1.Service) int32 {
+	if svc.Spec.Type != v1.ServiceTypeLoadBalancer || svc.Spec.ExternalTrafficPolicy != v1.ServiceExternalTrafficPolicyLocal {
+		return 0
+	}
+	return svc.Spec.HealthCheckNodePort
 }
 
 // reportProblems logs each Service's problem and records an event when it changes.

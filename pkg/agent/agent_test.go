@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,8 +27,11 @@ type fakeSpeaker struct {
 	paths   map[string][]bgp.Path
 	peers   []config.BGPPeer
 	refresh int
-	ran     chan struct{}
-	stopped chan struct{}
+	// synced counts Synced calls; notReady, when set, is why Ready says no.
+	synced   int
+	notReady string
+	ran      chan struct{}
+	stopped  chan struct{}
 }
 
 func newFakeSpeaker() *fakeSpeaker {
@@ -59,6 +63,22 @@ func (f *fakeSpeaker) RefreshPasswords() error {
 	defer f.mu.Unlock()
 	f.refresh++
 	return nil
+}
+
+func (f *fakeSpeaker) Synced() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.synced++
+	return nil
+}
+
+func (f *fakeSpeaker) Ready() (bool, []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.notReady != "" {
+		return false, []string{f.notReady}
+	}
+	return true, nil
 }
 
 func (f *fakeSpeaker) currentPeers() []config.BGPPeer {
@@ -222,5 +242,54 @@ func TestSpeakerWaitsForRouterID(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the speaker did not start once the annotation was published")
+	}
+}
+
+// The speaker's sessions open only after the first full pass (Synced once); the
+// agent is ready only when the speaker is, or bgp.readyTimeout after its informers
+// synced, with the reason kept.
+func TestReadiness(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.1"}}}}
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(node), 0)
+	sp := newFakeSpeaker()
+	sp.notReady = "10.0.0.254: active"
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	a, err := New(Options{
+		Config: &config.CloudConfig{BGP: &config.BGPConfig{LocalASN: 65000, ReadyTimeout: &metav1.Duration{Duration: time.Minute}}},
+		Self:   "n1", Informers: factory, Clock: clock,
+		NewSpeaker: func(Identity) (Speaker, error) { return sp, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := a.Ready(ctx); ok || why != "informers not synced yet" {
+		t.Errorf("before Run: Ready = %v %q", ok, why)
+	}
+	go func() { _ = a.Run(ctx) }()
+	waitUntil(t, "the speaker told the first pass is complete", func() bool { sp.mu.Lock(); defer sp.mu.Unlock(); return sp.synced > 0 })
+	if ok, why := a.Ready(ctx); ok || !strings.Contains(why, "10.0.0.254: active") {
+		t.Errorf("speaker not ready: Ready = %v %q, want not ready naming the peer", ok, why)
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	if ok, why := a.Ready(ctx); !ok || !strings.Contains(why, "bgp.readyTimeout") || !strings.Contains(why, "10.0.0.254") {
+		t.Errorf("after bgp.readyTimeout: Ready = %v %q, want ready with the reason", ok, why)
+	}
+	sp.mu.Lock()
+	sp.notReady = ""
+	sp.mu.Unlock()
+	if ok, why := a.Ready(ctx); !ok || why != "" {
+		t.Errorf("speaker ready: Ready = %v %q", ok, why)
+	}
+	time.Sleep(200 * time.Millisecond) // more passes
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.synced != 1 {
+		t.Errorf("Synced called %d times, want once", sp.synced)
 	}
 }

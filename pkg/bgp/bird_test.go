@@ -190,8 +190,8 @@ func TestBIRDAnnounceWithdraw(t *testing.T) {
 	sp.stop(t)
 	waitRoutes(t, r, lb4, "withdrawn at shutdown", gone)
 	waitRoutes(t, r, lb6, "withdrawn at shutdown", gone)
-	if !strings.Contains(r.Log(), "Peer de-configured") {
-		t.Errorf("BIRD did not get a Cease (peer de-configured):\n%s", r.Log())
+	if !strings.Contains(r.Log(), "Administrative shutdown") {
+		t.Errorf("BIRD did not get a Cease (administrative shutdown):\n%s", r.Log())
 	}
 	if got := sp.Peers(); len(got) != 1 || got[0].State != "stopped" {
 		t.Errorf("Peers() after Run = %+v", got)
@@ -386,6 +386,10 @@ func TestBIRDGracefulRestart(t *testing.T) {
 	out, err := r.Birdc(waitCtx(t), "show", "protocols", "all", r.Protocol(0, false))
 	if err != nil || !strings.Contains(out, "Graceful restart") {
 		t.Errorf("graceful restart not negotiated: %v\n%s", err, out)
+	}
+	// One path sent: GoBGP's End-of-RIB markers are not counted.
+	if ps := sp.Peers(); len(ps) != 1 || ps[0].PrefixesSent != 1 {
+		t.Errorf("Peers() = %+v, want 1 prefix sent", ps)
 	}
 	sp.stop(t)
 	waitRoutes(t, r, lb4, "withdrawn at shutdown despite graceful restart", gone)

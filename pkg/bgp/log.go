@@ -12,6 +12,10 @@ import (
 // "Key" = peer address, "State", ...), sorted for stable output.
 type klogAdapter struct {
 	l klog.Logger
+	// connErrs, when set, receives GoBGP's "failed to connect" (a debug message) for
+	// the peers it is watching, so a session that never comes up can say why at the
+	// default log level (see diagnose.go).
+	connErrs *connErrors
 }
 
 var _ gobgplog.Logger = klogAdapter{}
@@ -44,7 +48,14 @@ func (a klogAdapter) Fatal(msg string, f gobgplog.Fields) {
 func (a klogAdapter) Error(msg string, f gobgplog.Fields) { a.l.Error(nil, msg, fieldsKV(f)...) }
 func (a klogAdapter) Warn(msg string, f gobgplog.Fields)  { a.l.Info(msg, fieldsKV(f)...) }
 func (a klogAdapter) Info(msg string, f gobgplog.Fields)  { a.l.V(2).Info(msg, fieldsKV(f)...) }
-func (a klogAdapter) Debug(msg string, f gobgplog.Fields) { a.l.V(5).Info(msg, fieldsKV(f)...) }
+func (a klogAdapter) Debug(msg string, f gobgplog.Fields) {
+	if msg == "failed to connect" && a.connErrs != nil {
+		a.connErrs.record(f["Key"], f["Error"])
+	}
+	if v := a.l.V(5); v.Enabled() {
+		v.Info(msg, fieldsKV(f)...)
+	}
+}
 
 // SetLevel is ignored: verbosity is klog's -v.
 func (a klogAdapter) SetLevel(gobgplog.LogLevel) {}
@@ -53,7 +64,7 @@ func (a klogAdapter) SetLevel(gobgplog.LogLevel) {}
 // debug messages nobody sees.
 func (a klogAdapter) GetLevel() gobgplog.LogLevel {
 	switch {
-	case a.l.V(5).Enabled():
+	case a.l.V(5).Enabled(), a.connErrs != nil && a.connErrs.watching():
 		return gobgplog.DebugLevel
 	case a.l.V(2).Enabled():
 		return gobgplog.InfoLevel

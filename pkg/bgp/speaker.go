@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -77,6 +78,16 @@ type Config struct {
 	// session's local address; if there is none or several, such paths are not sent
 	// on that session (see policy.go).
 	IPv4NextHop, IPv6NextHop netip.Addr
+	// OnStop is what the end of Run does: config.StopWithdraw (also when empty)
+	// withdraws every path and closes the sessions, confirmed at the routers' TCP
+	// (see stop.go); config.StopRetain leaves paths and sessions as they are for the
+	// process to exit, so graceful-restart routers keep the paths, and gives every
+	// peer graceful restart (its gracefulRestart time, default 120s) with the
+	// Restart State bit set at the next start.
+	OnStop string
+	// DeferSessions opens no session until Synced is called: a (re)starting speaker
+	// then sends every path, and End-of-RIB after them, in its first UPDATEs.
+	DeferSessions bool
 }
 
 // Path is one prefix to announce.
@@ -105,6 +116,10 @@ type PeerStatus struct {
 	UpSince time.Time
 	// PrefixesSent counts the paths advertised to the peer, all families.
 	PrefixesSent uint64
+	// Ready: established, and its first UPDATEs (everything, then End-of-RIB) sent.
+	Ready bool
+	// LastError is the last failed connection attempt while not established.
+	LastError string
 }
 
 // peerEntry is a configured peer: the defaulted config and its password.
@@ -146,6 +161,19 @@ type Speaker struct {
 	// nhSelf is the installed next-hop policy's input (see policy.go).
 	nhSelf          map[netip.Addr]netip.Addr
 	policyInstalled bool
+	// synced: Synced was called (sessions may open with DeferSessions).
+	synced bool
+	// restarting sets the Restart State bit on the peers added until the speaker is
+	// first ready (mode retain).
+	restarting bool
+	// state and upAt are learned from peer events: GoBGP's state and when the
+	// session was established.
+	state    map[netip.Addr]string
+	upAt     map[netip.Addr]time.Time
+	conns    map[netip.Addr]conn
+	health   map[netip.Addr]*peerHealth
+	connErrs *connErrors
+	prober   tcpProber
 
 	// events queues GoBGP's peer events for handleEvents: GoBGP calls the watcher from
 	// its own loop, and handling an event takes mu, which callers of GoBGP (DeletePeer
@@ -187,6 +215,16 @@ func New(cfg Config) (*Speaker, error) {
 		sessionLocal: map[netip.Addr]netip.Addr{},
 		established:  map[netip.Addr]bool{},
 		evSignal:     make(chan struct{}, 1),
+		restarting:   cfg.OnStop == config.StopRetain,
+		state:        map[netip.Addr]string{},
+		upAt:         map[netip.Addr]time.Time{},
+		conns:        map[netip.Addr]conn{},
+		health:       map[netip.Addr]*peerHealth{},
+		connErrs:     newConnErrors(),
+		prober:       sockDiag{},
+	}
+	if cfg.OnStop != "" && cfg.OnStop != config.StopWithdraw && cfg.OnStop != config.StopRetain {
+		errs = append(errs, field.NotSupported(p.Child("onStop"), cfg.OnStop, []string{config.StopWithdraw, config.StopRetain}))
 	}
 	var pwErrs []error
 	for i := range cfg.Peers {
@@ -245,12 +283,15 @@ func makePeer(in config.BGPPeer, p *field.Path, dynamic bool) (peerEntry, field.
 	return e, nil, nil
 }
 
-// Run starts the GoBGP server, adds the peers and announces the desired state, then
-// serves until ctx ends. On the way out it withdraws every path and closes every
-// session with a Cease NOTIFICATION (peer de-configured), so routers drop the
-// speaker's routes at once (graceful restart does not apply to a Cease), and
-// returns nil. It returns an error if the server cannot start (for example the
-// listen port is taken) or a static peer cannot be added. Run may be called once.
+// Run starts the GoBGP server, adds the peers (with DeferSessions, once Synced is
+// called) and announces the desired state, then serves until ctx ends. On the way
+// out, in mode withdraw, it withdraws every path and closes every session with a
+// Cease NOTIFICATION (a Hard Reset where negotiated), and returns once the routers'
+// TCP acknowledged both (bounded; see stop.go), so routers drop the speaker's
+// routes at once, graceful restart or not; in mode retain it leaves the sessions
+// for the process exit to close. It returns nil then, or an error if the server
+// cannot start (for example the listen port is taken) or a static peer cannot be
+// added. Run may be called once.
 func (s *Speaker) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("bgp")
 	s.mu.Lock()
@@ -260,7 +301,7 @@ func (s *Speaker) Run(ctx context.Context) error {
 	}
 	s.ran = true
 	s.log = logger
-	srv := server.NewBgpServer(server.LoggerOption(klogAdapter{l: logger.WithName("gobgp")}))
+	srv := server.NewBgpServer(server.LoggerOption(klogAdapter{l: logger.WithName("gobgp"), connErrs: s.connErrs}))
 	go srv.Serve() // GoBGP v3's Serve never returns: one idle goroutine stays after Run.
 
 	if err := s.start(ctx, srv); err != nil {
@@ -273,6 +314,8 @@ func (s *Speaker) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(resyncInterval)
 	defer tick.Stop()
+	health := time.NewTicker(time.Second)
+	defer health.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -280,6 +323,8 @@ func (s *Speaker) Run(ctx context.Context) error {
 			return nil
 		case <-s.evSignal:
 			s.handleEvents()
+		case <-health.C:
+			s.checkHealth()
 		case <-tick.C:
 			s.mu.Lock()
 			if s.dirty {
@@ -311,9 +356,30 @@ func (s *Speaker) start(ctx context.Context, srv *server.BgpServer) error {
 		s.srv = nil
 		return err
 	}
-	for _, e := range sortedPeers(s.static) {
-		if err := s.addPeerLocked(opCtx, e); err != nil {
+	s.reconcileLocked()
+	if s.openLocked() {
+		if err := s.openSessionsLocked(opCtx); err != nil {
 			s.srv = nil
+			return err
+		}
+	}
+	return nil
+}
+
+// openLocked reports whether sessions may be open: running, and synced when
+// DeferSessions asks for it.
+func (s *Speaker) openLocked() bool {
+	return s.srv != nil && (!s.cfg.DeferSessions || s.synced)
+}
+
+// openSessionsLocked adds the static peers (an error is returned) and the dynamic
+// ones (errors are logged; SetPeers retries).
+func (s *Speaker) openSessionsLocked(ctx context.Context) error {
+	for _, e := range sortedPeers(s.static) {
+		if _, ok := s.active[e.addr]; ok {
+			continue
+		}
+		if err := s.addPeerLocked(ctx, e); err != nil {
 			return err
 		}
 	}
@@ -321,12 +387,33 @@ func (s *Speaker) start(ctx context.Context, srv *server.BgpServer) error {
 		if _, static := s.static[e.addr]; static {
 			continue
 		}
-		if err := s.addPeerLocked(opCtx, e); err != nil {
+		if _, ok := s.active[e.addr]; ok {
+			continue
+		}
+		if err := s.addPeerLocked(ctx, e); err != nil {
 			s.log.Error(err, "Adding dynamic BGP peer failed; retrying on the next SetPeers", "peer", e.addr)
 		}
 	}
-	s.reconcileLocked()
 	return nil
+}
+
+// Synced tells a speaker with DeferSessions that every source has announced its
+// complete state: the sessions open now (or when Run starts), so each router
+// receives every path before End-of-RIB. It is idempotent; a static peer that
+// cannot be added is returned as an error.
+func (s *Speaker) Synced() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.synced {
+		return nil
+	}
+	s.synced = true
+	if s.srv == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	return s.openSessionsLocked(ctx)
 }
 
 func sortedPeers(m map[netip.Addr]peerEntry) []peerEntry {
@@ -338,14 +425,18 @@ func sortedPeers(m map[netip.Addr]peerEntry) []peerEntry {
 	return out
 }
 
-// shutdown withdraws everything, closes all sessions and stops the server.
+// shutdown ends the speaker as Config.OnStop says.
 //
-// Order: explicit withdrawals of all paths, then DeletePeer per peer (GoBGP sends a
-// Cease "peer de-configured" and drops the session; the router flushes our routes
-// at once), then, only if the speaker listens, StopBgp to close the listener.
-// StopBgp is skipped otherwise: in GoBGP v3.37.0 it rewrites the server config
-// while the closing sessions' goroutines may still read it (a data race inside
-// GoBGP), and with no listener there is nothing left for it to release.
+// Mode withdraw: every path withdrawn and every session closed with a Cease, both
+// confirmed at the routers' TCP (withdrawAndClose, stop.go), then, only if the
+// speaker listens, StopBgp to close the listener. StopBgp is skipped otherwise: in
+// GoBGP v3.37.0 it rewrites the server config while the closing sessions'
+// goroutines may still read it (a data race inside GoBGP), and with no listener
+// there is nothing left for it to release.
+//
+// Mode retain: nothing is sent; the sessions stay up until the process exits and
+// the kernel closes the connections without a NOTIFICATION, which graceful-restart
+// routers treat as a restart: they keep the paths for the restart time.
 func (s *Speaker) shutdown() {
 	s.mu.Lock()
 	srv := s.srv
@@ -355,29 +446,35 @@ func (s *Speaker) shutdown() {
 		return
 	}
 	n := len(s.rib.applied)
+	logger := s.log
+	if s.cfg.OnStop == config.StopRetain {
+		s.mu.Unlock()
+		logger.Info("BGP speaker stopped for a restart: paths and sessions left for the process exit; graceful-restart routers keep the paths until this host's next start refreshes them", "paths", n)
+		return
+	}
 	s.rib.reset()
 	peers := sortedPeers(s.active)
+	var conns []conn
+	for _, e := range peers {
+		if c, ok := s.conns[e.addr]; ok && s.established[e.addr] {
+			conns = append(conns, c)
+		}
+	}
 	s.active = map[netip.Addr]peerEntry{}
 	s.established = map[netip.Addr]bool{}
-	logger := s.log
 	s.mu.Unlock()
 	// GoBGP delivers the peer events these calls cause to onEvent, which takes s.mu:
-	// the lock must not be held here, or the second DeletePeer waits forever.
+	// the lock must not be held here.
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if err := srv.DeletePath(ctx, &api.DeletePathRequest{TableType: api.TableType_GLOBAL}); err != nil {
-		logger.Error(err, "Withdrawing all paths failed; closing sessions anyway")
-	}
+	confirmed, unconfirmed := withdrawAndClose(ctx, logger, srv, peers, conns, s.prober)
 	for _, e := range peers {
-		if err := srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: e.addr.String()}); err != nil {
-			logger.Error(err, "Closing BGP session failed", "peer", e.addr)
-		}
 		forgetPeerMetrics(e.addr.String())
 	}
 	if s.cfg.ListenPort > 0 {
 		stopServer(srv)
 	}
-	logger.Info("BGP speaker stopped: paths withdrawn, sessions closed", "withdrawn", n)
+	logger.Info("BGP speaker stopped: paths withdrawn, sessions closed", "withdrawn", n, "sessionsConfirmed", confirmed, "sessionsUnconfirmed", unconfirmed)
 }
 
 // stopServer closes every session with a Cease and waits (bounded) for it.
@@ -527,7 +624,7 @@ func (s *Speaker) SetPeers(peers []config.BGPPeer) error {
 		}
 	}
 	s.dynamic = next
-	if s.srv == nil {
+	if !s.openLocked() {
 		return errors.Join(errs...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -581,14 +678,14 @@ func (s *Speaker) RefreshPasswords() error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	for _, e := range sortedPeers(changed) {
-		if old, active := s.active[e.addr]; s.srv != nil && active {
+		if old, active := s.active[e.addr]; s.openLocked() && active {
 			if err := s.deletePeerLocked(ctx, old); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 		}
 		s.static[e.addr] = e
-		if s.srv != nil {
+		if s.openLocked() {
 			if err := s.addPeerLocked(ctx, e); err != nil {
 				errs = append(errs, err)
 				continue
@@ -609,10 +706,14 @@ func peerListed(peers []config.BGPPeer, a netip.Addr) bool {
 }
 
 func (s *Speaker) addPeerLocked(ctx context.Context, e peerEntry) error {
-	if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: toAPIPeer(e)}); err != nil {
+	if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: toAPIPeer(e, s.cfg.OnStop == config.StopRetain, s.restarting)}); err != nil {
 		return fmt.Errorf("adding BGP peer %s: %w", e.addr, err)
 	}
 	s.active[e.addr] = e
+	s.state[e.addr] = "idle"
+	s.health[e.addr] = &peerHealth{downSince: time.Now()}
+	s.connErrs.forget(e.addr)
+	s.countDownLocked()
 	sessionUp.WithLabelValues(e.addr.String()).Set(0)
 	s.log.Info("Added BGP peer", "peer", e.addr, "asn", e.cfg.ASN, "dynamic", e.dynamic, "md5", e.password != "")
 	return s.syncNextHopPolicyLocked(ctx)
@@ -625,6 +726,12 @@ func (s *Speaker) deletePeerLocked(ctx context.Context, e peerEntry) error {
 	delete(s.active, e.addr)
 	delete(s.sessionLocal, e.addr)
 	delete(s.established, e.addr)
+	delete(s.state, e.addr)
+	delete(s.upAt, e.addr)
+	delete(s.conns, e.addr)
+	delete(s.health, e.addr)
+	s.connErrs.forget(e.addr)
+	s.countDownLocked()
 	forgetPeerMetrics(e.addr.String())
 	s.log.Info("Removed BGP peer", "peer", e.addr, "asn", e.cfg.ASN)
 	return s.syncNextHopPolicyLocked(ctx)
@@ -637,9 +744,16 @@ func seconds(d time.Duration) uint64 {
 	return uint64((d + time.Second - 1) / time.Second)
 }
 
+// grDeferral is how long a restarting speaker waits for the routers' End-of-RIB
+// before it sends its own paths anyway (RFC 4724's selection deferral).
+const grDeferral = 10
+
 // toAPIPeer converts a defaulted peer to GoBGP's form: both unicast families with
-// ADD-PATH send, graceful restart if configured.
-func toAPIPeer(e peerEntry) *api.Peer {
+// ADD-PATH send; graceful restart if configured or retain is set (restart time the
+// peer's, else config.DefaultBGPRetainRestartTime), always with the RFC 8538 "N"
+// bit, so a Cease is sent as a Hard Reset to routers that negotiate it, and with
+// the Restart State bit when restarting.
+func toAPIPeer(e peerEntry, retain, restarting bool) *api.Peer {
 	c := e.cfg
 	p := &api.Peer{
 		Conf:      &api.PeerConf{NeighborAddress: e.addr.String(), PeerAsn: c.ASN, AuthPassword: e.password},
@@ -653,9 +767,16 @@ func toAPIPeer(e peerEntry) *api.Peer {
 	if c.EBGPMultihop > 0 {
 		p.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: uint32(c.EBGPMultihop)}
 	}
-	gr := c.GracefulRestart != nil && c.GracefulRestart.Duration > 0
+	restart := durOf(c.GracefulRestart)
+	if restart <= 0 && retain {
+		restart = config.DefaultBGPRetainRestartTime
+	}
+	gr := restart > 0
 	if gr {
-		p.GracefulRestart = &api.GracefulRestart{Enabled: true, RestartTime: uint32(seconds(c.GracefulRestart.Duration))}
+		p.GracefulRestart = &api.GracefulRestart{
+			Enabled: true, RestartTime: uint32(seconds(restart)), NotificationEnabled: true,
+			LocalRestarting: restarting, DeferralTime: grDeferral,
+		}
 	}
 	for _, afi := range []api.Family_Afi{api.Family_AFI_IP, api.Family_AFI_IP6} {
 		a := &api.AfiSafi{
@@ -714,7 +835,23 @@ func (s *Speaker) onEvent(r *api.WatchEventResponse) {
 	logger := s.log
 	_, known := s.active[a]
 	if known && s.srv != nil {
+		was := s.established[a]
 		s.established[a] = state == "established"
+		s.state[a] = state
+		switch {
+		case state == "established" && !was:
+			s.upAt[a] = time.Now()
+			if c, ok := connFromEvent(a, pe.Peer.Transport); ok {
+				s.conns[a] = c
+			}
+			s.health[a] = &peerHealth{}
+			s.connErrs.forget(a)
+		case state != "established" && was:
+			delete(s.upAt, a)
+			delete(s.conns, a)
+			s.health[a] = &peerHealth{downSince: time.Now()}
+		}
+		s.countDownLocked()
 		if state == "established" && local.IsValid() && s.sessionLocal[a] != local {
 			s.sessionLocal[a] = local
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -783,19 +920,17 @@ func (s *Speaker) listPeers() []*api.Peer {
 
 func (s *Speaker) updatePrefixMetrics() {
 	for _, p := range s.listPeers() {
-		if p.State == nil {
+		addr, ok := peerAddr(p)
+		if !ok {
 			continue
 		}
-		addr := p.State.NeighborAddress
-		for _, af := range p.AfiSafis {
-			if af.State == nil || af.State.Family == nil {
-				continue
+		adv := advertised(p)
+		for _, fam := range []string{"ipv4", "ipv6"} {
+			if n, ok := adv[fam]; ok {
+				prefixesAnnounced.WithLabelValues(addr.String(), fam).Set(float64(n))
+			} else {
+				prefixesAnnounced.DeleteLabelValues(addr.String(), fam) // not negotiated, or down
 			}
-			fam := "ipv4"
-			if af.State.Family.Afi == api.Family_AFI_IP6 {
-				fam = "ipv6"
-			}
-			prefixesAnnounced.WithLabelValues(addr, fam).Set(float64(af.State.Advertised))
 		}
 	}
 }
@@ -820,6 +955,7 @@ func (s *Speaker) Peers() []PeerStatus {
 	for a, e := range s.static {
 		all[a] = e
 	}
+	upAt, conns, prober := maps.Clone(s.upAt), maps.Clone(s.conns), s.prober
 	s.mu.Unlock()
 	out := make([]PeerStatus, 0, len(all))
 	for _, e := range sortedPeers(all) {
@@ -829,10 +965,14 @@ func (s *Speaker) Peers() []PeerStatus {
 			if st.State == "established" && p.Timers != nil && p.Timers.State != nil && p.Timers.State.Uptime != nil {
 				st.UpSince = p.Timers.State.Uptime.AsTime()
 			}
-			for _, af := range p.AfiSafis {
-				if af.State != nil {
-					st.PrefixesSent += af.State.Advertised
-				}
+			for _, n := range advertised(p) {
+				st.PrefixesSent += n
+			}
+			st.Ready = peerReady(p, upAt[e.addr], conns[e.addr], prober)
+		}
+		if st.State != "established" {
+			if err := s.connErrs.get(e.addr); err != nil {
+				st.LastError = err.Error()
 			}
 		}
 		out = append(out, st)

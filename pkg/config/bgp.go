@@ -1,6 +1,8 @@
 package config
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -11,6 +13,32 @@ const (
 	NextHopSelf = "self"
 	// NextHopNodes announces one ADD-PATH path per eligible node, next hop the node.
 	NextHopNodes = "nodes"
+)
+
+// What a clean stop (SIGTERM) does to this host's paths (bgp.onStop).
+const (
+	// StopWithdraw withdraws every path, waits until the routers have acknowledged
+	// the withdrawals, then closes each session with a Cease NOTIFICATION (a Hard
+	// Reset where the router negotiated RFC 8538), so no router keeps a stale path.
+	StopWithdraw = "withdraw"
+	// StopRetain is for planned restarts (an upgrade, a systemd restart): the
+	// sessions close without a NOTIFICATION, routers that help graceful restart keep
+	// the paths for the restart time, and the next start refreshes them and sends
+	// End-of-RIB once it has announced everything.
+	StopRetain = "retain"
+)
+
+// Defaults of the speaker's readiness, BFD and node health checks.
+const (
+	DefaultBGPReadyTimeout        = time.Minute
+	DefaultBGPRetainRestartTime   = 120 * time.Second
+	DefaultBFDInterval            = 300 * time.Millisecond
+	DefaultBFDMultiplier          = 3
+	MinBFDInterval                = 10 * time.Millisecond
+	DefaultNodeHealthCheckPeriod  = 2 * time.Second
+	DefaultNodeHealthCheckTimeout = time.Second
+	DefaultNodeHealthCheckFails   = 3
+	DefaultKubeProxyHealthzPort   = 10256
 )
 
 // BGPConfig enables the embedded BGP speaker that runs in every replica (and in the
@@ -35,6 +63,42 @@ type BGPConfig struct {
 	// AnnouncePodCIDRs announces each Node's pod CIDRs with the Node's InternalIP as
 	// next hop. Default: false.
 	AnnouncePodCIDRs bool `json:"announcePodCIDRs,omitempty"`
+	// OnStop is what a clean stop does to this host's paths: withdraw (default) or
+	// retain (planned restarts; graceful restart on every peer, see StopRetain).
+	OnStop string `json:"onStop,omitempty"`
+	// ReadyTimeout bounds how long a starting replica waits for all its BGP sessions
+	// before it reports ready anyway (logging the peers still down). Default 1m.
+	ReadyTimeout *metav1.Duration `json:"readyTimeout,omitempty"`
+	// NodeHealthCheck, in next-hop mode nodes, probes every node the way cloud load
+	// balancers do and withdraws a node's next hops after consecutive failures.
+	NodeHealthCheck *NodeHealthCheck `json:"nodeHealthCheck,omitempty"`
+}
+
+// NodeHealthCheck probes nodes in next-hop mode nodes: kube-proxy's /healthz for
+// Services of externalTrafficPolicy Cluster, the Service's healthCheckNodePort for
+// Local ones.
+type NodeHealthCheck struct {
+	// Period between probes of one node. Default 2s.
+	Period *metav1.Duration `json:"period,omitempty"`
+	// Timeout of one probe. Default 1s.
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// FailureThreshold consecutive failures withdraw the node's next hops; one
+	// success restores them. Default 3.
+	FailureThreshold int32 `json:"failureThreshold,omitempty"`
+	// KubeProxyPort is kube-proxy's healthz port. Default 10256.
+	KubeProxyPort int32 `json:"kubeProxyPort,omitempty"`
+}
+
+// BFDConfig enables Bidirectional Forwarding Detection (RFC 5880, single hop RFC
+// 5881) on a peer: the router detects a dead host within Multiplier x the
+// negotiated interval instead of the BGP hold time.
+type BFDConfig struct {
+	// MinTx is the desired minimum transmit interval. Default 300ms.
+	MinTx *metav1.Duration `json:"minTx,omitempty"`
+	// MinRx is the required minimum receive interval. Default 300ms.
+	MinRx *metav1.Duration `json:"minRx,omitempty"`
+	// Multiplier is the detection multiplier (1-255). Default 3.
+	Multiplier int32 `json:"multiplier,omitempty"`
 }
 
 // BGPPeer is one BGP neighbor.
@@ -59,6 +123,9 @@ type BGPPeer struct {
 	ConnectRetry *metav1.Duration `json:"connectRetry,omitempty"`
 	// GracefulRestart enables graceful restart (RFC 4724) with this restart time.
 	GracefulRestart *metav1.Duration `json:"gracefulRestart,omitempty"`
+	// BFD, when set, runs a BFD session with the neighbor; BFD down resets the BGP
+	// session at once.
+	BFD *BFDConfig `json:"bfd,omitempty"`
 }
 
 func setBGPDefaults(b *BGPConfig) {
@@ -67,6 +134,26 @@ func setBGPDefaults(b *BGPConfig) {
 	}
 	if b.NextHop == "" {
 		b.NextHop = NextHopSelf
+	}
+	if b.OnStop == "" {
+		b.OnStop = StopWithdraw
+	}
+	if b.ReadyTimeout == nil {
+		b.ReadyTimeout = &metav1.Duration{Duration: DefaultBGPReadyTimeout}
+	}
+	if h := b.NodeHealthCheck; h != nil {
+		if h.Period == nil {
+			h.Period = &metav1.Duration{Duration: DefaultNodeHealthCheckPeriod}
+		}
+		if h.Timeout == nil {
+			h.Timeout = &metav1.Duration{Duration: DefaultNodeHealthCheckTimeout}
+		}
+		if h.FailureThreshold == 0 {
+			h.FailureThreshold = DefaultNodeHealthCheckFails
+		}
+		if h.KubeProxyPort == 0 {
+			h.KubeProxyPort = DefaultKubeProxyHealthzPort
+		}
 	}
 	for i := range b.Peers {
 		SetBGPPeerDefaults(&b.Peers[i])

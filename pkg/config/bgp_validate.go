@@ -100,6 +100,17 @@ func SetBGPPeerDefaults(p *BGPPeer) {
 	if p.ConnectRetry == nil {
 		p.ConnectRetry = &metav1.Duration{Duration: DefaultBGPConnectRetry}
 	}
+	if b := p.BFD; b != nil {
+		if b.MinTx == nil {
+			b.MinTx = &metav1.Duration{Duration: DefaultBFDInterval}
+		}
+		if b.MinRx == nil {
+			b.MinRx = &metav1.Duration{Duration: DefaultBFDInterval}
+		}
+		if b.Multiplier == 0 {
+			b.Multiplier = DefaultBFDMultiplier
+		}
+	}
 }
 
 // validateBGPSpeaker checks the speaker settings and peers.
@@ -118,6 +129,29 @@ func validateBGPSpeaker(b *BGPConfig, p *field.Path) field.ErrorList {
 	}
 	if b.NextHop != NextHopSelf && b.NextHop != NextHopNodes {
 		errs = append(errs, field.NotSupported(p.Child("nextHop"), b.NextHop, []string{NextHopSelf, NextHopNodes}))
+	}
+	if b.OnStop != StopWithdraw && b.OnStop != StopRetain {
+		errs = append(errs, field.NotSupported(p.Child("onStop"), b.OnStop, []string{StopWithdraw, StopRetain}))
+	}
+	if r := b.ReadyTimeout; r != nil && r.Duration < 0 {
+		errs = append(errs, field.Invalid(p.Child("readyTimeout"), r.Duration.String(), "must be 0 (report ready without waiting for sessions) or positive"))
+	}
+	if h := b.NodeHealthCheck; h != nil {
+		hp := p.Child("nodeHealthCheck")
+		if b.NextHop != NextHopNodes {
+			errs = append(errs, field.Forbidden(hp, "only used with nextHop: nodes (with next hop self, traffic goes to the announcing host, not to the nodes)"))
+		}
+		errs = append(errs, validatePositive(h.Period, hp.Child("period"))...)
+		errs = append(errs, validatePositive(h.Timeout, hp.Child("timeout"))...)
+		if h.Period != nil && h.Timeout != nil && h.Timeout.Duration > h.Period.Duration {
+			errs = append(errs, field.Invalid(hp.Child("timeout"), h.Timeout.Duration.String(), "must not be longer than period "+h.Period.Duration.String()))
+		}
+		if h.FailureThreshold < 1 || h.FailureThreshold > 100 {
+			errs = append(errs, field.Invalid(hp.Child("failureThreshold"), h.FailureThreshold, "must be 1-100"))
+		}
+		if h.KubeProxyPort < 1 || h.KubeProxyPort > 65535 {
+			errs = append(errs, field.Invalid(hp.Child("kubeProxyPort"), h.KubeProxyPort, "must be a port 1-65535 (kube-proxy's --healthz-bind-address port, default 10256)"))
+		}
 	}
 	seen := map[netip.Addr]int{}
 	for i := range b.Peers {
@@ -209,6 +243,23 @@ func ValidateBGPPeer(peer *BGPPeer, p *field.Path) field.ErrorList {
 	if g := peer.GracefulRestart; g != nil {
 		if g.Duration <= 0 || g.Duration > MaxBGPGracefulRestart {
 			errs = append(errs, field.Invalid(p.Child("gracefulRestart"), g.Duration.String(), "must be a restart time between 1s and 4095s (omit to disable graceful restart)"))
+		}
+	}
+	if b := peer.BFD; b != nil {
+		bp := p.Child("bfd")
+		for _, d := range []struct {
+			name string
+			v    *metav1.Duration
+		}{{"minTx", b.MinTx}, {"minRx", b.MinRx}} {
+			if d.v != nil && (d.v.Duration < MinBFDInterval || d.v.Duration > time.Minute) {
+				errs = append(errs, field.Invalid(bp.Child(d.name), d.v.Duration.String(), "must be between 10ms and 1m (300ms with multiplier 3 detects a failure in under a second)"))
+			}
+		}
+		if b.Multiplier < 1 || b.Multiplier > 255 {
+			errs = append(errs, field.Invalid(bp.Child("multiplier"), b.Multiplier, "must be 1-255 (default 3)"))
+		}
+		if peer.EBGPMultihop > 1 {
+			errs = append(errs, field.Forbidden(bp, "single-hop BFD (RFC 5881) only: not with ebgpMultihop"))
 		}
 	}
 	return errs

@@ -39,6 +39,7 @@ type Publisher struct {
 	o      PublisherOptions
 	queue  workqueue.TypedRateLimitingInterface[string]
 	digest string
+	reg    cache.ResourceEventHandlerRegistration
 }
 
 // NewPublisher registers its event handler on o.Informer.
@@ -54,19 +55,23 @@ func NewPublisher(o PublisherOptions) (*Publisher, error) {
 			p.queue.Add(n.Name)
 		}
 	}
-	if _, err := o.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := o.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
+	p.reg = reg
 	return p, nil
 }
 
-// Run publishes until ctx is done.
+// Run publishes until ctx is done (a leadership term), then removes its event
+// handler from the informer, which outlives it.
 func (p *Publisher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("hostinfo")
 	ctx = klog.NewContext(ctx, logger)
+	defer func() { _ = p.o.Informer.RemoveEventHandler(p.reg) }()
 	defer p.queue.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), p.o.Informer.HasSynced) {
 		return

@@ -58,6 +58,9 @@ type State struct {
 	// says, and only while Self's Node is Eligible (and, for externalTrafficPolicy
 	// Local, has a ready endpoint): the per-node model of agents on worker hosts.
 	SelfOnly bool
+	// Healthy, when set (bgp.nodeHealthCheck), leaves out of a Service's next hops
+	// (mode nodes) the nodes whose health endpoint for it fails.
+	Healthy func(node *v1.Node, svc *v1.Service) bool
 }
 
 // Problem is a Service whose announcement could not be computed as asked (for
@@ -94,7 +97,7 @@ func Desired(s State) ([]Announcement, []Problem) {
 		local := svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 		var ready map[string]bool
 		if local {
-			ready = readyEndpointNodes(s.EndpointSlices(svc.Namespace, svc.Name))
+			ready = ReadyEndpointNodes(s.EndpointSlices(svc.Namespace, svc.Name))
 		}
 		for _, ip := range ips {
 			a := Announcement{Prefix: netip.PrefixFrom(ip, ip.BitLen())}
@@ -118,7 +121,7 @@ func Desired(s State) ([]Announcement, []Problem) {
 					continue // this host takes no traffic for it: another host announces it
 				}
 			case s.NextHop == config.NextHopNodes:
-				a.NextHops = nodeNextHops(s.Nodes, ip.Is4(), local, ready)
+				a.NextHops = nodeNextHops(s.Nodes, ip.Is4(), local, ready, func(n *v1.Node) bool { return s.Healthy == nil || s.Healthy(n, svc) })
 				if len(a.NextHops) == 0 {
 					continue // no eligible node: announcing would blackhole the traffic
 				}
@@ -145,8 +148,14 @@ func Desired(s State) ([]Announcement, []Problem) {
 	return out, problems
 }
 
+// ConditionPoweredOn is the power monitor's Node condition (powermon): False only
+// when the host's BMC, checked to name the Node's machine, reports it off.
+const ConditionPoweredOn v1.NodeConditionType = "baremetal-ccm.io/PoweredOn"
+
 // Eligible reports whether a node may receive load-balancer traffic: Ready, not being
-// deleted, and not labeled node.kubernetes.io/exclude-from-external-load-balancers.
+// deleted, not labeled node.kubernetes.io/exclude-from-external-load-balancers, and
+// not reported off by its BMC (condition baremetal-ccm.io/PoweredOn False: a host
+// that lost power is dropped at the BMC's reading, before its Node goes NotReady).
 func Eligible(n *v1.Node) bool {
 	if n.DeletionTimestamp != nil {
 		return false
@@ -154,18 +163,24 @@ func Eligible(n *v1.Node) bool {
 	if _, excluded := n.Labels[LabelExcludeFromLB]; excluded {
 		return false
 	}
+	ready := false
 	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
+		switch c.Type {
+		case v1.NodeReady:
+			ready = c.Status == v1.ConditionTrue
+		case ConditionPoweredOn:
+			if c.Status == v1.ConditionFalse {
+				return false
+			}
 		}
 	}
-	return false
+	return ready
 }
 
-func nodeNextHops(nodes []*v1.Node, v4, local bool, ready map[string]bool) []netip.Addr {
+func nodeNextHops(nodes []*v1.Node, v4, local bool, ready map[string]bool, healthy func(*v1.Node) bool) []netip.Addr {
 	var hops []netip.Addr
 	for _, n := range nodes {
-		if !Eligible(n) || local && !ready[n.Name] {
+		if !Eligible(n) || local && !ready[n.Name] || !healthy(n) {
 			continue
 		}
 		if ip, ok := InternalIP(n, v4); ok {
@@ -188,8 +203,8 @@ func InternalIP(n *v1.Node, v4 bool) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// readyEndpointNodes returns the nodes that host a ready endpoint in the slices.
-func readyEndpointNodes(slices []*discoveryv1.EndpointSlice) map[string]bool {
+// ReadyEndpointNodes returns the nodes that host a ready endpoint in the slices.
+func ReadyEndpointNodes(slices []*discoveryv1.EndpointSlice) map[string]bool {
 	nodes := map[string]bool{}
 	for _, sl := range slices {
 		for _, ep := range sl.Endpoints {

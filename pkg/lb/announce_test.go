@@ -175,10 +175,16 @@ func TestEligible(t *testing.T) {
 	deleting := node("d", true, "10.0.0.9")
 	deleting.DeletionTimestamp = &metav1.Time{}
 	noReady := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	withPower := func(name string, st v1.ConditionStatus) *v1.Node {
+		n := node(name, true, "10.0.0.8")
+		n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: ConditionPoweredOn, Status: st})
+		return n
+	}
 	for _, tc := range []struct {
 		n    *v1.Node
 		want bool
-	}{{node("a", true), true}, {node("b", false), false}, {deleting, false}, {noReady, false}} {
+	}{{node("a", true), true}, {node("b", false), false}, {deleting, false}, {noReady, false},
+		{withPower("off", v1.ConditionFalse), false}, {withPower("on", v1.ConditionTrue), true}, {withPower("unknown", v1.ConditionUnknown), true}} {
 		if got := Eligible(tc.n); got != tc.want {
 			t.Errorf("Eligible(%s) = %v, want %v", tc.n.Name, got, tc.want)
 		}
@@ -186,3 +192,22 @@ func TestEligible(t *testing.T) {
 }
 
 func sortedKeys(m map[string]Announcement) []string { return slices.Sorted(maps.Keys(m)) }
+
+// In next-hop mode nodes, a node whose health endpoint for the Service fails is left
+// out of its next hops; the other Services keep it.
+func TestDesiredNodeHealth(t *testing.T) {
+	web := lbService("default", "web", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.80")
+	dns := lbService("default", "dns", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.53")
+	got, _ := Desired(State{Services: []*v1.Service{web, dns}, NextHop: config.NextHopNodes,
+		Nodes:          []*v1.Node{node("n1", true, "10.0.0.1"), node("n2", true, "10.0.0.2")},
+		EndpointSlices: func(string, string) []*discoveryv1.EndpointSlice { return nil },
+		Healthy:        func(n *v1.Node, svc *v1.Service) bool { return !(n.Name == "n2" && svc.Name == "web") },
+	})
+	byPrefix := map[string][]netip.Addr{}
+	for _, a := range got {
+		byPrefix[a.Prefix.String()] = a.NextHops
+	}
+	if !reflect.DeepEqual(byPrefix["192.0.2.80/32"], addrs("10.0.0.1")) || !reflect.DeepEqual(byPrefix["192.0.2.53/32"], addrs("10.0.0.1", "10.0.0.2")) {
+		t.Errorf("next hops = %v, want web via n1 only and dns via both", byPrefix)
+	}
+}

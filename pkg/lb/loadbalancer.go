@@ -137,6 +137,17 @@ func (l *LoadBalancer) Reprime() {
 	}
 }
 
+// NewTerm makes the next call re-prime the allocator from a consistent List, however
+// recently it did: called when this replica becomes the leader again, since another
+// leader may have assigned IPs in between.
+func (l *LoadBalancer) NewTerm() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.primed {
+		l.reprime = true
+	}
+}
+
 // SetAnnouncer sets the announcer told about every assignment (nil: none).
 func (l *LoadBalancer) SetAnnouncer(a Announcer) {
 	l.annMu.Lock()

@@ -30,12 +30,15 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/identity"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 )
 
 // Condition types, annotation and event reasons.
 const (
 	ConditionBMCReachable v1.NodeConditionType = "baremetal-ccm.io/BMCReachable"
-	ConditionPoweredOn    v1.NodeConditionType = "baremetal-ccm.io/PoweredOn"
+	// ConditionPoweredOn False is BMC-confirmed off; load-balancer next hops leave
+	// such a Node at once (lb.Eligible, which reads the same condition).
+	ConditionPoweredOn = lb.ConditionPoweredOn
 	// AnnotationOffSince holds the RFC 3339 time the host was first seen off; any
 	// other answer (on, transitioning, unreachable, unknown) removes it, so it only
 	// ever measures positively observed, continuous off time.

@@ -88,10 +88,13 @@ type Cloud struct {
 	nodeName  string
 	recorder  *lazyRecorder
 
-	// set by Initialize, used by SetInformers (both on the leader)
-	ctx    context.Context
-	client kubernetes.Interface
+	// set by Initialize, used by SetInformers (both on the leader): the client and
+	// recorder once, ctx per leadership term
+	ctx           context.Context
+	client        kubernetes.Interface
+	eventRecorder record.EventRecorder
 
+	initOnce  sync.Once
 	startOnce sync.Once
 }
 
@@ -187,25 +190,35 @@ func (c *Cloud) Store() *inventory.Store { return c.store }
 // Initialize starts event recording and the inventory reload loop. The framework
 // calls it on the elected leader before any controller runs.
 func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, stop <-chan struct{}) {
+	// Called once per leadership term (a replica that lost its Lease and wins it
+	// again starts its controllers anew): the client and the event recorder are made
+	// once; the leader's loops (BMC sessions, power monitor, host-info publisher,
+	// MetalLB objects) run for the term.
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-stop
 		cancel()
 	}()
-	client := clientBuilder.ClientOrDie("baremetal-cloud-provider")
-	c.ctx, c.client = ctx, client
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource})
-	c.recorder.set(recorder)
-	c.creds.SetClient(client)
-	// The guard's state lives in the cluster, so a restart or a new leader forgets
-	// nothing; set before the first reload.
-	c.store.SetStateStore(&inventory.ConfigMapState{Client: client, Namespace: GuardStateNamespace})
+	c.initOnce.Do(func() {
+		client := clientBuilder.ClientOrDie("baremetal-cloud-provider")
+		c.client = client
+		broadcaster := record.NewBroadcaster()
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		c.eventRecorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource})
+		c.recorder.set(c.eventRecorder)
+		c.creds.SetClient(client)
+		// The guard's state lives in the cluster, so a restart or a new leader forgets
+		// nothing; set before the first reload.
+		c.store.SetStateStore(&inventory.ConfigMapState{Client: client, Namespace: GuardStateNamespace})
+	})
+	c.ctx = ctx
+	if c.lb != nil {
+		c.lb.NewTerm()
+	}
 	go c.sessions.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("bmc")), c.cfg.BMC.CallTimeout.Duration)
 	c.Start(ctx)
 	if c.lb != nil && c.cfg.LoadBalancer.Announcer == config.AnnouncerMetalLB {
-		c.startMetalLB(ctx, clientBuilder, client, recorder)
+		c.startMetalLB(ctx, clientBuilder, c.client, c.eventRecorder)
 	}
 }
 

@@ -55,7 +55,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baremetal-ccm/baremetal-ccm/test/internal/childproc"
+	"github.com/baremetal-ccm/baremetal-ccm/internal/childproc"
 )
 
 // Options configure a Router. Zero values pick the defaults.
@@ -78,6 +78,11 @@ type Options struct {
 	SpeakerNetnsEach []string
 	// GracefulRestart enables graceful restart on BIRD's side.
 	GracefulRestart bool
+	// BFD, if set, runs BIRD's BFD protocol "bfd1" on the speakers' link (see bfd.go).
+	BFD *BFD
+	// EventLog logs protocol states, events and route changes with microsecond
+	// timestamps, for LogEvents. It costs BIRD time with many routes.
+	EventLog bool
 }
 
 // Speaker is one speaker allowed to peer with the router.
@@ -300,9 +305,11 @@ func (r *Router) config() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "router id %s;\n", r.RouterV4)
 	fmt.Fprintf(&b, "log %q all;\n", filepath.Join(r.dir, "bird.log"))
+	b.WriteString(r.eventLogConfig())
 	b.WriteString("protocol device { scan time 1; }\n")
 	b.WriteString("protocol kernel k4 { ipv4 { import none; export filter { if source = RTS_BGP then accept; reject; }; }; merge paths on; }\n")
 	b.WriteString("protocol kernel k6 { ipv6 { import none; export filter { if source = RTS_BGP then accept; reject; }; }; merge paths on; }\n")
+	b.WriteString(r.bfdConfig())
 	ka := r.opts.HoldTime / 3
 	if ka < 1 {
 		ka = 1
@@ -320,6 +327,9 @@ func (r *Router) config() string {
 			}
 			if r.opts.GracefulRestart {
 				b.WriteString("  graceful restart on;\n")
+			}
+			if r.opts.BFD != nil && r.opts.BFD.BGP {
+				b.WriteString("  bfd on;\n")
 			}
 			b.WriteString("  ipv4 { import all; export none; add paths rx; next hop keep; };\n")
 			b.WriteString("  ipv6 { import all; export none; add paths rx; next hop keep; };\n}\n")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
@@ -92,20 +92,26 @@ loadBalancer:
 	const rounds = 5
 	for round := range rounds {
 		time.Sleep(3 * time.Second)
-		leader := waitLeader(t, l.ctx, replicas)
+		leader := waitLeader(t, l.ctx, l.cp.Client, lease, replicas)
 		t.Logf("round %d: freezing leader pid %d for 9 s (lease 4 s)", round, leader.PID())
 		leader.Signal(syscall.SIGSTOP)
 		time.Sleep(9 * time.Second)
 		leader.Signal(syscall.SIGCONT)
-		// The resumed replica finds its lease gone; client-go makes it exit. Replace it,
-		// so every round has three replicas.
+		// The resumed replica finds it cannot renew: its controllers stop (it does not
+		// exit: its agent keeps announcing) and it contends again, as a standby that a
+		// later round may elect and freeze again.
+		lost := strings.Count(leader.Log(), "lost the Lease")
+		err := framework.WaitFor(l.ctx, 20*time.Second, "the resumed former leader to stop its controllers", func(context.Context) (bool, error) {
+			return strings.Count(leader.Log(), "lost the Lease") > lost, nil
+		})
+		if err != nil {
+			t.Fatalf("round %d: pid %d: %v", round, leader.PID(), err)
+		}
 		select {
 		case <-leader.Done():
-		case <-time.After(20 * time.Second):
-			t.Fatalf("round %d: the resumed former leader pid %d still runs 20 s later", round, leader.PID())
+			t.Fatalf("round %d: the resumed former leader pid %d exited: %v", round, leader.PID(), leader.ExitErr())
+		default:
 		}
-		replicas = deleteCCM(replicas, leader)
-		start()
 		time.Sleep(3 * time.Second)
 	}
 	stopChurn()
@@ -169,43 +175,28 @@ loadBalancer:
 	}
 }
 
-var acquiredRE = regexp.MustCompile(`(?i)successfully acquired lease`)
-
-// waitLeader returns the replica that acquired the lease last (client-go logs it).
-func waitLeader(t *testing.T, ctx context.Context, replicas []*framework.CCM) *framework.CCM {
+// waitLeader returns the replica that holds the Lease and runs its controllers: the
+// Lease names the holder's identity, which the holder logs when it starts leading.
+func waitLeader(t *testing.T, ctx context.Context, client kubernetes.Interface, lease string, replicas []*framework.CCM) *framework.CCM {
 	t.Helper()
 	var leader *framework.CCM
-	err := framework.WaitFor(ctx, 30*time.Second, "a leader", func(context.Context) (bool, error) {
-		n := 0
+	err := framework.WaitFor(ctx, 30*time.Second, "a leader", func(ctx context.Context) (bool, error) {
+		l, err := client.CoordinationV1().Leases("kube-system").Get(ctx, lease, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return false, nil
+		}
+		leader = nil
 		for _, c := range replicas {
-			select {
-			case <-c.Done():
-				continue // a former leader that exited
-			default:
-			}
-			if acquiredRE.MatchString(c.Log()) {
-				leader, n = c, n+1
+			if strings.Contains(c.Log(), `"Leading: starting the controllers" logger="leader-election" identity="`+*l.Spec.HolderIdentity+`"`) {
+				leader = c
 			}
 		}
-		if n > 1 {
-			return false, fmt.Errorf("%d live replicas say they acquired the lease", n)
-		}
-		return n == 1, nil
+		return leader != nil, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return leader
-}
-
-func deleteCCM(cs []*framework.CCM, c *framework.CCM) []*framework.CCM {
-	out := cs[:0]
-	for _, x := range cs {
-		if x != c {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 func fenceService(ns, name string) *v1.Service {

@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/baremetal-ccm/baremetal-ccm/test/internal/childproc"
+	"github.com/baremetal-ccm/baremetal-ccm/internal/childproc"
 )
 
 //go:embed chassis.sh

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baremetal-ccm/baremetal-ccm/test/internal/childproc"
+	"github.com/baremetal-ccm/baremetal-ccm/internal/childproc"
 )
 
 // Process is a child process a test started (the CCM, an agent, a MetalLB speaker):
