@@ -34,6 +34,9 @@ type lbLab struct {
 	lease  string
 	ccms   []*framework.CCM
 	pools  string // the loadBalancer.pools section
+	// invExtra and bgpExtra are appended to the inventory and bgp sections (each line
+	// indented by two spaces); extra to the whole CloudConfig.
+	invExtra, bgpExtra, extra string
 }
 
 const lbPools = `  pools:
@@ -67,7 +70,7 @@ kind: CloudConfig
 inventory:
   file: {path: %s, pollInterval: 1s}
   deletionGuard: {acknowledgeFile: %s}
-loadBalancer:
+%sloadBalancer:
 %sbgp:
   localASN: 65000
   routerID: %s
@@ -75,8 +78,8 @@ loadBalancer:
   peers:
   - {address: %s, asn: %d, sourceAddress: %s, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
   - {address: "%s", asn: %d, sourceAddress: "%s", holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
-`, l.inventory, l.ack, l.pools, l.router.SpeakerV4(i), nextHop,
-		l.router.RouterV4, l.router.ASN, l.router.SpeakerV4(i), l.router.RouterV6, l.router.ASN, l.router.SpeakerV6(i)))
+%s%s`, l.inventory, l.ack, l.invExtra, l.pools, l.router.SpeakerV4(i), nextHop,
+		l.router.RouterV4, l.router.ASN, l.router.SpeakerV4(i), l.router.RouterV6, l.router.ASN, l.router.SpeakerV6(i), l.bgpExtra, l.extra))
 	return path
 }
 

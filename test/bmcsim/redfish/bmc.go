@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,6 +171,14 @@ type Request struct {
 	Auth string
 }
 
+// PowerRead is one answer of a ComputerSystem document: when (wall clock, this
+// process) and which PowerState it reported.
+type PowerRead struct {
+	At     time.Time
+	System string
+	State  PowerState
+}
+
 // BMC is an emulated Redfish BMC managing one server, or several
 // (Options.Systems). All its methods are safe for concurrent use. Create it
 // with NewBMC, then Start it; Close releases everything.
@@ -202,6 +211,7 @@ type BMC struct {
 	lockouts    map[string]*lockout // by client IP
 	requests    map[string]int
 	reqLog      []Request
+	powerReads  []PowerRead
 	latency     time.Duration
 	hang        chan struct{} // non-nil while hanging; closed when the hang ends
 	failStatus  int
@@ -681,6 +691,14 @@ func (b *BMC) RequestCount(method, path string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.requests[method+" "+normalizePath(path)]
+}
+
+// PowerReads returns every ComputerSystem document served so far, in order: a
+// failover test measures from the reading that first said off.
+func (b *BMC) PowerReads() []PowerRead {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.powerReads)
 }
 
 // RequestLog returns every request received, in order.

@@ -645,6 +645,7 @@ func (b *BMC) systemDoc(s *system) (map[string]any, string) {
 	now := b.now()
 	state := s.power.current(now)
 	etag := etagLocked(s, now)
+	b.powerReads = append(b.powerReads, PowerRead{At: time.Now(), System: s.id, State: state})
 	b.mu.Unlock()
 	sys := s.path()
 	allowed := make([]string, len(b.opts.AllowedResetTypes))

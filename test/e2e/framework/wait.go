@@ -10,9 +10,14 @@ import (
 // WaitFor calls cond every 200 ms until it returns true and a nil error. It gives up when
 // timeout passes or ctx is done, with an error naming what and cond's last error.
 func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
+	return WaitForInterval(ctx, timeout, 200*time.Millisecond, what, cond)
+}
+
+// WaitForInterval is WaitFor calling cond every interval.
+func WaitForInterval(ctx context.Context, timeout, interval time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(200 * time.Millisecond)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	var last error
 	for {
