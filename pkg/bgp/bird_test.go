@@ -74,7 +74,7 @@ func runSpeaker(t *testing.T, r *bird.Router, i int, cfg Config, before func(*Sp
 	return rs
 }
 
-func waitCtx(t *testing.T) context.Context {
+func waitCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), converge)
 	t.Cleanup(cancel)
 	return ctx

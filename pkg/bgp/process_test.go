@@ -161,6 +161,14 @@ func (p *speakerProc) stop(t testing.TB) time.Time {
 	return time.Now()
 }
 
+// freeze stops the process (SIGSTOP): nothing leaves it any more, as with a host
+// that lost power; it returns when the signal was sent. Cleanup kills it.
+func (p *speakerProc) freeze() time.Time {
+	at := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+	return at
+}
+
 func (p *speakerProc) logText() string {
 	w := p.cmd.Stderr.(*syncWriter)
 	w.mu.Lock()

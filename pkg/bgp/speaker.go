@@ -39,6 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bfd"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 )
 
@@ -174,6 +175,10 @@ type Speaker struct {
 	health   map[netip.Addr]*peerHealth
 	connErrs *connErrors
 	prober   tcpProber
+	// bfd runs the BFD sessions of peers with bfd configured; bfdPeers are those
+	// added to it.
+	bfd      *bfd.Server
+	bfdPeers map[netip.Addr]bfd.PeerConfig
 
 	// events queues GoBGP's peer events for handleEvents: GoBGP calls the watcher from
 	// its own loop, and handling an event takes mu, which callers of GoBGP (DeletePeer
@@ -222,6 +227,7 @@ func New(cfg Config) (*Speaker, error) {
 		health:       map[netip.Addr]*peerHealth{},
 		connErrs:     newConnErrors(),
 		prober:       sockDiag{},
+		bfdPeers:     map[netip.Addr]bfd.PeerConfig{},
 	}
 	if cfg.OnStop != "" && cfg.OnStop != config.StopWithdraw && cfg.OnStop != config.StopRetain {
 		errs = append(errs, field.NotSupported(p.Child("onStop"), cfg.OnStop, []string{config.StopWithdraw, config.StopRetain}))
@@ -257,6 +263,12 @@ func New(cfg Config) (*Speaker, error) {
 		v, _ := config.ParseLargeCommunity(c)
 		s.baseLarge = append(s.baseLarge, v)
 	}
+	b, err := bfd.New(bfd.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("starting BFD: %w", err)
+	}
+	s.bfd = b
+	b.Subscribe(s.onBFD)
 	registerMetrics()
 	return s, nil
 }
@@ -310,6 +322,16 @@ func (s *Speaker) Run(ctx context.Context) error {
 		return err
 	}
 	s.mu.Unlock()
+	// BFD stops after the BGP sessions (shutdown), so its AdminDown follows the Cease.
+	bfdCtx, stopBFD := context.WithCancel(context.WithoutCancel(ctx))
+	bfdDone := make(chan struct{})
+	go func() {
+		defer close(bfdDone)
+		if err := s.bfd.Run(bfdCtx); err != nil {
+			logger.Error(err, "BFD stopped")
+		}
+	}()
+	defer func() { stopBFD(); <-bfdDone }()
 	logger.Info("BGP speaker started", "asn", s.cfg.LocalASN, "routerID", s.cfg.RouterID, "listenPort", s.cfg.ListenPort)
 
 	tick := time.NewTicker(resyncInterval)
@@ -450,7 +472,7 @@ func (s *Speaker) shutdown() {
 	if s.cfg.OnStop == config.StopRetain {
 		s.mu.Unlock()
 		logger.Info("BGP speaker stopped for a restart: paths and sessions left for the process exit; graceful-restart routers keep the paths until this host's next start refreshes them", "paths", n)
-		return
+		return // Run's return stops BFD: AdminDown, so the routers take no failure
 	}
 	s.rib.reset()
 	peers := sortedPeers(s.active)
@@ -640,13 +662,17 @@ func (s *Speaker) SetPeers(peers []config.BGPPeer) error {
 		}
 	}
 	for _, e := range sortedPeers(next) {
-		if _, ok := s.active[e.addr]; ok {
+		if old, ok := s.active[e.addr]; ok {
+			if !bfdEqual(old.cfg.BFD, e.cfg.BFD) {
+				s.active[e.addr] = e // new BFD timers: no new BGP session
+			}
 			continue
 		}
 		if err := s.addPeerLocked(ctx, e); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	s.syncBFDLocked()
 	return errors.Join(errs...)
 }
 
@@ -710,6 +736,7 @@ func (s *Speaker) addPeerLocked(ctx context.Context, e peerEntry) error {
 		return fmt.Errorf("adding BGP peer %s: %w", e.addr, err)
 	}
 	s.active[e.addr] = e
+	s.syncBFDLocked()
 	s.state[e.addr] = "idle"
 	s.health[e.addr] = &peerHealth{downSince: time.Now()}
 	s.connErrs.forget(e.addr)
@@ -724,6 +751,7 @@ func (s *Speaker) deletePeerLocked(ctx context.Context, e peerEntry) error {
 		return fmt.Errorf("removing BGP peer %s: %w", e.addr, err)
 	}
 	delete(s.active, e.addr)
+	s.syncBFDLocked()
 	delete(s.sessionLocal, e.addr)
 	delete(s.established, e.addr)
 	delete(s.state, e.addr)
@@ -854,6 +882,7 @@ func (s *Speaker) onEvent(r *api.WatchEventResponse) {
 		s.countDownLocked()
 		if state == "established" && local.IsValid() && s.sessionLocal[a] != local {
 			s.sessionLocal[a] = local
+			s.syncBFDLocked()
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			if err := s.syncNextHopPolicyLocked(ctx); err != nil {
 				logger.Error(err, "Updating next-hop policy failed", "peer", addr)

@@ -1,0 +1,255 @@
+package bird
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// BFD configures BIRD's BFD protocol "bfd1" (RFC 5880/5881, single hop) on the
+// speakers' link: a session per speaker address, requested either by BIRD's BGP
+// protocols ("bfd on", so a BFD Down takes the BGP session down) or, without BGP,
+// as BFD-only neighbors.
+type BFD struct {
+	// MinTx and MinRx are BIRD's "min tx interval" (Desired Min TX while Up) and
+	// "min rx interval" (Required Min RX). Default 300ms each.
+	MinTx, MinRx time.Duration
+	// IdleTx is the Desired Min TX while not Up ("idle tx interval"). Default 1s.
+	IdleTx time.Duration
+	// Multiplier is the detect multiplier. Default 3.
+	Multiplier int
+	// Passive waits for the speaker's first packet.
+	Passive bool
+	// BGP has every BGP protocol request its session ("bfd on"); otherwise the
+	// speakers' addresses are configured as BFD-only neighbors.
+	BGP bool
+}
+
+func (b BFD) withDefaults() BFD {
+	if b.MinTx == 0 {
+		b.MinTx = 300 * time.Millisecond
+	}
+	if b.MinRx == 0 {
+		b.MinRx = 300 * time.Millisecond
+	}
+	if b.IdleTx == 0 {
+		b.IdleTx = time.Second
+	}
+	if b.Multiplier == 0 {
+		b.Multiplier = 3
+	}
+	return b
+}
+
+// bfdConfig is the "protocol bfd" section, or "" without Options.BFD.
+func (r *Router) bfdConfig() string {
+	if r.opts.BFD == nil {
+		return ""
+	}
+	c := r.opts.BFD.withDefaults()
+	us := func(d time.Duration) string { return fmt.Sprintf("%d us", d/time.Microsecond) }
+	var b strings.Builder
+	b.WriteString("protocol bfd bfd1 {\n")
+	fmt.Fprintf(&b, "  interface \"*\" { min rx interval %s; min tx interval %s; idle tx interval %s; multiplier %d; passive %s; };\n",
+		us(c.MinRx), us(c.MinTx), us(c.IdleTx), c.Multiplier, map[bool]string{true: "on", false: "off"}[c.Passive])
+	if !c.BGP {
+		for i := range r.opts.Speakers {
+			fmt.Fprintf(&b, "  neighbor %s local %s;\n", r.SpeakerV4(i), r.RouterV4)
+			fmt.Fprintf(&b, "  neighbor %s local %s;\n", r.SpeakerV6(i), r.RouterV6)
+		}
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// eventLogConfig turns on the log LogEvents parses, or "" without Options.EventLog.
+func (r *Router) eventLogConfig() string {
+	if !r.opts.EventLog {
+		return ""
+	}
+	return "timeformat log \"%F %T.%6f\";\ndebug protocols { states, routes, events };\n"
+}
+
+// BFDSession is one line of `birdc show bfd sessions`.
+type BFDSession struct {
+	Addr      netip.Addr
+	Interface string
+	State     string // "Down", "Init", "Up", "AdminDown"
+	Since     string // as BIRD prints it
+	// Interval is the negotiated transmit interval, Timeout the detection time.
+	Interval, Timeout time.Duration
+}
+
+// BFDSessions returns the sessions of protocol bfd1.
+func (r *Router) BFDSessions(ctx context.Context) ([]BFDSession, error) {
+	out, err := r.Birdc(ctx, "show", "bfd", "sessions")
+	if err != nil {
+		return nil, err
+	}
+	return parseBFDSessions(out)
+}
+
+// BFDSession returns the session with addr, or ErrNotFound.
+func (r *Router) BFDSession(ctx context.Context, addr netip.Addr) (BFDSession, error) {
+	ss, err := r.BFDSessions(ctx)
+	if err != nil {
+		return BFDSession{}, err
+	}
+	for _, s := range ss {
+		if s.Addr == addr {
+			return s, nil
+		}
+	}
+	return BFDSession{}, fmt.Errorf("bird: BFD session %s: %w", addr, ErrNotFound)
+}
+
+// parseBFDSessions parses
+//
+//	bfd1:
+//	IP address                Interface  State      Since         Interval  Timeout
+//	10.255.7.254              bfdx7h     Up         15:31:54.353    0.300    0.900
+func parseBFDSessions(out string) ([]BFDSession, error) {
+	var res []BFDSession
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		a, err := netip.ParseAddr(f[0])
+		if err != nil {
+			continue
+		}
+		s := BFDSession{Addr: a, Interface: f[1], State: f[2], Since: strings.Join(f[3:len(f)-2], " ")}
+		for i, p := range []*time.Duration{&s.Interval, &s.Timeout} {
+			v, err := strconv.ParseFloat(f[len(f)-2+i], 64)
+			if err != nil {
+				return nil, fmt.Errorf("bird: BFD session line %q: %w", line, err)
+			}
+			*p = time.Duration(v * float64(time.Second)).Round(time.Millisecond)
+		}
+		res = append(res, s)
+	}
+	return res, nil
+}
+
+// EventKind classifies a LogEvents entry.
+type EventKind string
+
+const (
+	// EventBFDState: a BFD session changed state (Peer, From, To).
+	EventBFDState EventKind = "bfd-state"
+	// EventBFDDown: a BGP protocol was told its BFD session went down (Protocol).
+	EventBFDDown EventKind = "bgp-bfd-down"
+	// EventProtocolState: a protocol changed state (Protocol, To: "up", "stop",
+	// "flush", "down", "start").
+	EventProtocolState EventKind = "protocol-state"
+	// EventRouteAdded and EventRouteRemoved: a route entered or left a channel
+	// (Protocol, Channel, Prefix; Detail is BIRD's qualifier such as "[sole]").
+	EventRouteAdded   EventKind = "route-added"
+	EventRouteRemoved EventKind = "route-removed"
+)
+
+// Event is one router-side event with BIRD's own timestamp (microseconds, the
+// machine's local time zone).
+type Event struct {
+	Time     time.Time
+	Kind     EventKind
+	Protocol string
+	Channel  string
+	Peer     netip.Addr
+	From, To string
+	Prefix   netip.Prefix
+	Detail   string
+	Line     string
+}
+
+// logTimeLayout is the log time format eventLogConfig sets ("%F %T.%6f").
+const logTimeLayout = "2006-01-02 15:04:05.000000"
+
+// LogEvents returns the BFD session state changes, BGP protocols' "BFD session
+// down", protocol state changes and route changes logged at or after since, in log
+// order. It needs Options.EventLog.
+func (r *Router) LogEvents(since time.Time) ([]Event, error) {
+	b, err := os.ReadFile(filepath.Join(r.dir, "bird.log"))
+	if err != nil {
+		return nil, err
+	}
+	return parseLog(string(b), since), nil
+}
+
+// parseLog parses BIRD log lines such as
+//
+//	2026-11-25 15:31:46.673031 <TRACE> bfd1: Session to 10.255.7.1 changed state from Init to Up
+//	2026-11-25 15:31:51.160044 <TRACE> s1: BFD session down
+//	2026-11-25 15:31:51.160044 <TRACE> s1: State changed to stop
+//	2026-11-25 16:07:18.147757 <TRACE> s1.ipv4 > removed [sole] 198.51.100.10/32 0L 2G unicast
+func parseLog(log string, since time.Time) []Event {
+	var res []Event
+	for _, line := range strings.Split(log, "\n") {
+		if len(line) < len(logTimeLayout)+2 {
+			continue
+		}
+		ts, err := time.ParseInLocation(logTimeLayout, line[:len(logTimeLayout)], time.Local)
+		if err != nil || ts.Before(since) {
+			continue
+		}
+		rest := strings.TrimSpace(line[len(logTimeLayout):])
+		if strings.HasPrefix(rest, "<") {
+			if i := strings.Index(rest, "> "); i > 0 {
+				rest = rest[i+2:]
+			}
+		}
+		who, msg, ok := strings.Cut(rest, ": ")
+		if !ok {
+			// Route traces have no colon after the channel: "s1.ipv4 > removed ...".
+			f := strings.Fields(rest)
+			if len(f) < 4 || (f[1] != ">" && f[1] != "<") || (f[2] != "added" && f[2] != "removed") {
+				continue
+			}
+			ev := Event{Time: ts, Kind: EventRouteAdded, Line: line}
+			if f[2] == "removed" {
+				ev.Kind = EventRouteRemoved
+			}
+			ev.Protocol, ev.Channel, _ = strings.Cut(f[0], ".")
+			i := 3
+			if strings.HasPrefix(f[i], "[") {
+				ev.Detail = f[i]
+				i++
+			}
+			if i >= len(f) {
+				continue
+			}
+			if ev.Prefix, err = netip.ParsePrefix(f[i]); err != nil {
+				continue
+			}
+			res = append(res, ev)
+			continue
+		}
+		ev := Event{Time: ts, Protocol: who, Line: line}
+		switch {
+		case strings.HasPrefix(msg, "Session to ") && strings.Contains(msg, " changed state from "):
+			// Session to A changed state from X to Y
+			f := strings.Fields(msg)
+			if len(f) != 9 {
+				continue
+			}
+			if ev.Peer, err = netip.ParseAddr(f[2]); err != nil {
+				continue
+			}
+			ev.Kind, ev.From, ev.To = EventBFDState, f[6], f[8]
+		case msg == "BFD session down":
+			ev.Kind = EventBFDDown
+		case strings.HasPrefix(msg, "State changed to "):
+			ev.Kind, ev.To = EventProtocolState, strings.TrimPrefix(msg, "State changed to ")
+		default:
+			continue
+		}
+		res = append(res, ev)
+	}
+	return res
+}
