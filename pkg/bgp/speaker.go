@@ -790,6 +790,9 @@ func toAPIPeer(e peerEntry, retain, restarting bool) *api.Peer {
 			ConnectRetry:      seconds(durOf(c.ConnectRetry)),
 			HoldTime:          seconds(durOf(c.HoldTime)),
 			KeepaliveInterval: seconds(durOf(c.KeepaliveTime)),
+			// After a reset (BFD down) reconnect as soon as a connection attempt would,
+			// not after GoBGP's 30 s default.
+			IdleHoldTimeAfterReset: max(1, seconds(durOf(c.ConnectRetry))),
 		}},
 	}
 	if c.EBGPMultihop > 0 {

@@ -25,9 +25,9 @@ import (
 
 	"k8s.io/utils/ptr"
 
-	"github.com/baremetal-ccm/baremetal-ccm/test/bird"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/redfish"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
+	"github.com/baremetal-ccm/baremetal-ccm/test/frr"
 )
 
 // Failover, as the routers see it: a leader's clean stop hands over at once, a
@@ -143,13 +143,26 @@ func (l *lbLab) leaderIndex() int {
 func (l *lbLab) waitAnnounced(ip netip.Addr, i int) {
 	l.t.Helper()
 	prefix := netip.PrefixFrom(ip, ip.BitLen())
-	err := framework.WaitFor(l.ctx, 60*time.Second, fmt.Sprintf("BIRD to hold %s from speaker %d", prefix, i), func(ctx context.Context) (bool, error) {
-		rs, err := l.router.RoutesFor(ctx, prefix)
-		return slices.ContainsFunc(rs, func(r bird.Route) bool { return r.Protocol == l.router.Protocol(i, ip.Is6()) }), err
+	err := framework.WaitFor(l.ctx, 60*time.Second, fmt.Sprintf("%s to hold %s from speaker %d", l.tor.name, prefix, i), func(ctx context.Context) (bool, error) {
+		from, err := l.tor.fromSpeakers(ctx, prefix)
+		return slices.Contains(from, i), err
 	})
 	if err != nil {
 		l.t.Fatal(err)
 	}
+}
+
+// newLBLabFRR is newLBLab with FRR as the router.
+func newLBLabFRR(t *testing.T, speakers int) *lbLab {
+	t.Helper()
+	r := frr.Start(t, frr.Options{Speakers: make([]frr.Speaker, speakers)})
+	return newLBLabWith(t, frrTor(r, speakers))
+}
+
+// pathCount is how many paths the router holds for prefix.
+func (l *lbLab) pathCount(ctx context.Context, p netip.Prefix) (int, error) {
+	from, err := l.tor.fromSpeakers(ctx, p)
+	return len(from), err
 }
 
 // TestLeaderStopHandsOver: with the upstream default Lease timings (15 s), a leader
@@ -204,9 +217,14 @@ func TestLeaderStopHandsOver(t *testing.T) {
 // each in turn is stopped (SIGTERM) and started again, and the next is stopped only
 // once the new process reports ready (/readyz, the static pod's readiness probe;
 // READY=1 under systemd). BIRD, polled every 50 ms, never lacks a path for any
-// prefix, and at the moment a replica reports ready its own paths are at BIRD.
+// prefix, and at the moment a replica reports ready its own paths are at BIRD. The
+// same against FRR.
 func TestRollingRestartKeepsPaths(t *testing.T) {
-	l := newLBLab(t, 3)
+	t.Run("BIRD", func(t *testing.T) { rollingRestart(t, newLBLab(t, 3)) })
+	t.Run("FRR", func(t *testing.T) { rollingRestart(t, newLBLabFRR(t, 3)) })
+}
+
+func rollingRestart(t *testing.T, l *lbLab) {
 	for i := range 3 {
 		l.start(i, "self")
 	}
@@ -215,13 +233,12 @@ func TestRollingRestartKeepsPaths(t *testing.T) {
 		name := fmt.Sprintf("web-%d", i)
 		l.createService(name, nil)
 		ip := l.waitIPs(name, 1)[0]
-		l.waitPaths(ip, []int{0, 1, 2}, nil)
+		for i := range 3 {
+			l.waitAnnounced(ip, i)
+		}
 		prefixes = append(prefixes, netip.PrefixFrom(ip, 32))
 	}
-	w := watchGaps(l.ctx, func(ctx context.Context, p netip.Prefix) (int, error) {
-		rs, err := l.router.RoutesFor(ctx, p)
-		return len(rs), err
-	}, prefixes)
+	w := watchGaps(l.ctx, l.pathCount, prefixes)
 	for round := range 2 {
 		for i := range 3 {
 			l.ccms[i].Stop()
@@ -233,12 +250,12 @@ func TestRollingRestartKeepsPaths(t *testing.T) {
 				t.Fatalf("round %d, replica %d: %v", round, i, err)
 			}
 			for _, p := range prefixes {
-				rs, err := l.router.RoutesFor(l.ctx, p)
+				from, err := l.tor.fromSpeakers(l.ctx, p)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !slices.ContainsFunc(rs, func(r bird.Route) bool { return r.Protocol == l.router.Protocol(i, false) }) {
-					t.Errorf("round %d: replica %d reported ready before BIRD had its path for %s: %+v", round, i, p, rs)
+				if !slices.Contains(from, i) {
+					t.Errorf("round %d: replica %d reported ready before %s had its path for %s (paths from speakers %v)", round, i, l.tor.name, p, from)
 				}
 			}
 		}
@@ -247,16 +264,20 @@ func TestRollingRestartKeepsPaths(t *testing.T) {
 	if len(gaps) > 0 {
 		t.Errorf("%d of %d polls found a prefix without any path: %v", len(gaps), polls, gaps[:min(len(gaps), 20)])
 	}
-	t.Logf("two rolling restarts of 3 replicas: %d polls of %d prefixes every 50 ms, %d without a path", polls, len(prefixes), len(gaps))
+	t.Logf("%s: two rolling restarts of 3 replicas: %d polls of %d prefixes every 50 ms, %d without a path", l.tor.name, polls, len(prefixes), len(gaps))
 }
 
 // TestControlPlaneStallKeepsPaths: one replica; the API server, then etcd, stalls
 // for 30 s (SIGSTOP), longer than the Lease's renew deadline. The leader stops its
 // controllers but does not exit, and keeps announcing what the API last said: BIRD,
 // polled every 50 ms, never lacks a path. Once the control plane is back the
-// replica leads again and its controllers assign the next IP.
+// replica leads again and its controllers assign the next IP. Against BIRD and FRR.
 func TestControlPlaneStallKeepsPaths(t *testing.T) {
-	l := newLBLab(t, 1)
+	t.Run("BIRD", func(t *testing.T) { controlPlaneStall(t, newLBLab(t, 1)) })
+	t.Run("FRR", func(t *testing.T) { controlPlaneStall(t, newLBLabFRR(t, 1)) })
+}
+
+func controlPlaneStall(t *testing.T, l *lbLab) {
 	c := l.startArgs(0, "self", defaultLeaseArgs...)
 	var prefixes []netip.Prefix
 	for i := range 2 {
@@ -269,10 +290,7 @@ func TestControlPlaneStallKeepsPaths(t *testing.T) {
 	for round, component := range []string{framework.APIServer, framework.Etcd} {
 		leading := strings.Count(c.Log(), "Leading: starting the controllers")
 		lost := strings.Count(c.Log(), "lost the Lease")
-		w := watchGaps(l.ctx, func(ctx context.Context, p netip.Prefix) (int, error) {
-			rs, err := l.router.RoutesFor(ctx, p)
-			return len(rs), err
-		}, prefixes)
+		w := watchGaps(l.ctx, l.pathCount, prefixes)
 		resume, err := l.cp.Stall(component)
 		if err != nil {
 			t.Fatal(err)
@@ -303,7 +321,7 @@ func TestControlPlaneStallKeepsPaths(t *testing.T) {
 			t.Fatalf("the replica exited: %v", c.ExitErr())
 		default:
 		}
-		t.Logf("round %d, %s stalled 30 s: Lease lost, %d polls, %d without a path; leading again, next IP %v assigned", round, component, polls, len(gaps), ip)
+		t.Logf("%s: round %d, %s stalled 30 s: Lease lost, %d polls, %d without a path; leading again, next IP %v assigned", l.tor.name, round, component, polls, len(gaps), ip)
 		prefixes = append(prefixes, netip.PrefixFrom(ip, 32))
 	}
 }

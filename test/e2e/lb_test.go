@@ -22,6 +22,7 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/test/bird"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
+	"github.com/baremetal-ccm/baremetal-ccm/test/frr"
 )
 
 // lbLab is a load-balancer test: BIRD as the top-of-rack router in its own network
@@ -29,7 +30,9 @@ import (
 // "control-plane host" each), and a namespace for the test's Services.
 type lbLab struct {
 	*lab
+	// router is BIRD; tor the router the CCMs peer with (BIRD or FRR).
 	router *bird.Router
+	tor    tor
 	ns     string
 	lease  string
 	ccms   []*framework.CCM
@@ -52,7 +55,15 @@ const lbPools = `  pools:
 func newLBLab(t *testing.T, speakers int, hosts ...host) *lbLab {
 	t.Helper()
 	r := bird.Start(t, bird.Options{Speakers: make([]bird.Speaker, speakers)})
-	l := &lbLab{lab: newLabNoCCM(t, hosts...), router: r, ns: "lb-" + rand.String(6), lease: "bccm-lb-" + rand.String(6), pools: lbPools}
+	l := newLBLabWith(t, birdTor(r, speakers), hosts...)
+	l.router = r
+	return l
+}
+
+// newLBLabWith is newLBLab with another router.
+func newLBLabWith(t *testing.T, r tor, hosts ...host) *lbLab {
+	t.Helper()
+	l := &lbLab{lab: newLabNoCCM(t, hosts...), tor: r, ns: "lb-" + rand.String(6), lease: "bccm-lb-" + rand.String(6), pools: lbPools}
 	if _, err := l.cp.Client.CoreV1().Namespaces().Create(l.ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: l.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +71,49 @@ func newLBLab(t *testing.T, speakers int, hosts ...host) *lbLab {
 		_ = l.cp.Client.CoreV1().Namespaces().Delete(context.Background(), l.ns, metav1.DeleteOptions{})
 	})
 	return l
+}
+
+// tor is the top-of-rack router of an lbLab, BIRD (test/bird) or FRR (test/frr).
+type tor struct {
+	name                 string
+	v4, v6               netip.Addr
+	asn                  uint32
+	speakerV4, speakerV6 func(i int) netip.Addr
+	// fromSpeakers returns the speakers (by index) from which the router holds a path
+	// for prefix, one entry per path.
+	fromSpeakers func(ctx context.Context, prefix netip.Prefix) ([]int, error)
+}
+
+func birdTor(r *bird.Router, speakers int) tor {
+	return tor{name: "BIRD", v4: r.RouterV4, v6: r.RouterV6, asn: r.ASN, speakerV4: r.SpeakerV4, speakerV6: r.SpeakerV6,
+		fromSpeakers: func(ctx context.Context, p netip.Prefix) ([]int, error) {
+			rs, err := r.RoutesFor(ctx, p)
+			var out []int
+			for _, rt := range rs {
+				for i := range speakers {
+					if rt.Protocol == r.Protocol(i, false) || rt.Protocol == r.Protocol(i, true) {
+						out = append(out, i)
+					}
+				}
+			}
+			return out, err
+		}}
+}
+
+func frrTor(r *frr.Router, speakers int) tor {
+	return tor{name: "FRR", v4: r.RouterV4, v6: r.RouterV6, asn: r.ASN, speakerV4: r.SpeakerV4, speakerV6: r.SpeakerV6,
+		fromSpeakers: func(ctx context.Context, p netip.Prefix) ([]int, error) {
+			rs, err := r.RoutesFor(ctx, p)
+			var out []int
+			for _, rt := range rs {
+				for i := range speakers {
+					if rt.Peer == r.SpeakerV4(i) || rt.Peer == r.SpeakerV6(i) {
+						out = append(out, i)
+					}
+				}
+			}
+			return out, err
+		}}
 }
 
 // config writes the CloudConfig of speaker i (its own source address and router ID).
@@ -78,8 +132,8 @@ inventory:
   peers:
   - {address: %s, asn: %d, sourceAddress: %s, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
   - {address: "%s", asn: %d, sourceAddress: "%s", holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
-%s%s`, l.inventory, l.ack, l.invExtra, l.pools, l.router.SpeakerV4(i), nextHop,
-		l.router.RouterV4, l.router.ASN, l.router.SpeakerV4(i), l.router.RouterV6, l.router.ASN, l.router.SpeakerV6(i), l.bgpExtra, l.extra))
+%s%s`, l.inventory, l.ack, l.invExtra, l.pools, l.tor.speakerV4(i), nextHop,
+		l.tor.v4, l.tor.asn, l.tor.speakerV4(i), l.tor.v6, l.tor.asn, l.tor.speakerV6(i), l.bgpExtra, l.extra))
 	return path
 }
 
