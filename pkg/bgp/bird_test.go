@@ -433,3 +433,17 @@ func TestBIRDSelfV6WithoutSourceAddress(t *testing.T) {
 	})
 	waitRoutes(t, r, lb6, "configured IPv6NextHop", hasNextHops(node))
 }
+
+// TestBIRDImportFilter: BIRD configured as the README's example (an import filter
+// accepting only the pools) takes the pool's prefix and refuses the other.
+func TestBIRDImportFilter(t *testing.T) {
+	r := bird.Start(t, bird.Options{Accept: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:100::/48")}})
+	outside := netip.MustParsePrefix("203.0.113.5/32")
+	sp := runSpeaker(t, r, 0, Config{Peers: []config.BGPPeer{peerV4(r, 0)}}, nil)
+	sp.Announce("lb", []Path{{Prefix: lb4}, {Prefix: outside}, {Prefix: lb6}})
+	waitRoutes(t, r, lb4, "accepted (in a pool)", hasNextHops(r.SpeakerV4(0)))
+	waitRoutes(t, r, lb6, "accepted (in a pool)", hasNextHops(r.SpeakerV6(0)))
+	if rs, err := r.RoutesFor(waitCtx(t), outside); err != nil || len(rs) != 0 {
+		t.Errorf("%s (in no pool) imported: %+v %v", outside, rs, err)
+	}
+}

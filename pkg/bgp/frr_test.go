@@ -43,8 +43,21 @@ func waitFRR(t testing.TB, what string, cond func(context.Context) (bool, error)
 // every 20 ms), FRR marks them stale meanwhile, and the new process's End-of-RIB
 // flushes the one it no longer announces.
 func TestFRRPlannedRestart(t *testing.T) {
-	r := frr.Start(t, frr.Options{})
-	spec := childSpec{RouterID: r.SpeakerV4(0).String(), OnStop: config.StopRetain, Peers: []config.BGPPeer{frrPeer(r)},
+	t.Run("BGP", func(t *testing.T) { frrPlannedRestart(t, false) })
+	t.Run("BGP+BFD", func(t *testing.T) { frrPlannedRestart(t, true) })
+}
+
+func frrPlannedRestart(t *testing.T, withBFD bool) {
+	opts := frr.Options{}
+	if withBFD {
+		opts.BFD = &frr.BFD{}
+	}
+	r := frr.Start(t, opts)
+	peer := frrPeer(r)
+	if withBFD {
+		peer.BFD = &config.BFDConfig{MinTx: &metav1.Duration{Duration: 300 * time.Millisecond}, MinRx: &metav1.Duration{Duration: 300 * time.Millisecond}, Multiplier: 3}
+	}
+	spec := childSpec{RouterID: r.SpeakerV4(0).String(), OnStop: config.StopRetain, Peers: []config.BGPPeer{peer},
 		Prefixes: []string{restartA.String(), restartB.String(), restartC.String()}}
 	a := startSpeakerProc(t, spec)
 	a.waitReady(t)

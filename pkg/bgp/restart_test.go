@@ -84,8 +84,20 @@ var (
 // new process's End-of-RIB, sent after everything it announces, flushes the stale
 // path it no longer announces; the new path arrives.
 func TestBIRDPlannedRestart(t *testing.T) {
-	r := bird.Start(t, bird.Options{GracefulRestart: true})
+	t.Run("BGP", func(t *testing.T) { birdPlannedRestart(t, false) })
+	t.Run("BGP+BFD", func(t *testing.T) { birdPlannedRestart(t, true) })
+}
+
+func birdPlannedRestart(t *testing.T, withBFD bool) {
+	opts := bird.Options{GracefulRestart: true}
+	if withBFD {
+		opts.BFD = &bird.BFD{BGP: true, Graceful: true}
+	}
+	r := bird.Start(t, opts)
 	p := peerV4(r, 0)
+	if withBFD {
+		p = bfdPeer(r)
+	}
 	spec := childSpec{RouterID: r.SpeakerV4(0).String(), OnStop: config.StopRetain, Peers: []config.BGPPeer{p},
 		Prefixes: []string{restartA.String(), restartB.String(), restartC.String()}}
 	a := startSpeakerProc(t, spec)

@@ -331,7 +331,16 @@ func (s *Speaker) Run(ctx context.Context) error {
 			logger.Error(err, "BFD stopped")
 		}
 	}()
-	defer func() { stopBFD(); <-bfdDone }()
+	defer func() {
+		if s.cfg.OnStop == config.StopRetain {
+			// Like the BGP sessions, BFD is left to the process exit: it falls silent
+			// without AdminDown, which some routers (FRR) take as a reason to drop
+			// the BGP session's paths instead of keeping them for the restart.
+			return
+		}
+		stopBFD()
+		<-bfdDone
+	}()
 	logger.Info("BGP speaker started", "asn", s.cfg.LocalASN, "routerID", s.cfg.RouterID, "listenPort", s.cfg.ListenPort)
 
 	tick := time.NewTicker(resyncInterval)
@@ -472,7 +481,7 @@ func (s *Speaker) shutdown() {
 	if s.cfg.OnStop == config.StopRetain {
 		s.mu.Unlock()
 		logger.Info("BGP speaker stopped for a restart: paths and sessions left for the process exit; graceful-restart routers keep the paths until this host's next start refreshes them", "paths", n)
-		return // Run's return stops BFD: AdminDown, so the routers take no failure
+		return
 	}
 	s.rib.reset()
 	peers := sortedPeers(s.active)

@@ -28,6 +28,9 @@ type BFD struct {
 	// BGP has every BGP protocol request its session ("bfd on"); otherwise the
 	// speakers' addresses are configured as BFD-only neighbors.
 	BGP bool
+	// Graceful makes a BFD down a graceful restart of the BGP session ("bfd
+	// graceful"): its paths are kept as stale, as for a speaker that restarts.
+	Graceful bool
 }
 
 func (b BFD) withDefaults() BFD {
@@ -44,35 +47,6 @@ func (b BFD) withDefaults() BFD {
 		b.Multiplier = 3
 	}
 	return b
-}
-
-// bfdConfig is the "protocol bfd" section, or "" without Options.BFD.
-func (r *Router) bfdConfig() string {
-	if r.opts.BFD == nil {
-		return ""
-	}
-	c := r.opts.BFD.withDefaults()
-	us := func(d time.Duration) string { return fmt.Sprintf("%d us", d/time.Microsecond) }
-	var b strings.Builder
-	b.WriteString("protocol bfd bfd1 {\n")
-	fmt.Fprintf(&b, "  interface \"*\" { min rx interval %s; min tx interval %s; idle tx interval %s; multiplier %d; passive %s; };\n",
-		us(c.MinRx), us(c.MinTx), us(c.IdleTx), c.Multiplier, map[bool]string{true: "on", false: "off"}[c.Passive])
-	if !c.BGP {
-		for i := range r.opts.Speakers {
-			fmt.Fprintf(&b, "  neighbor %s local %s;\n", r.SpeakerV4(i), r.RouterV4)
-			fmt.Fprintf(&b, "  neighbor %s local %s;\n", r.SpeakerV6(i), r.RouterV6)
-		}
-	}
-	b.WriteString("}\n")
-	return b.String()
-}
-
-// eventLogConfig turns on the log LogEvents parses, or "" without Options.EventLog.
-func (r *Router) eventLogConfig() string {
-	if !r.opts.EventLog {
-		return ""
-	}
-	return "timeformat log \"%F %T.%6f\";\ndebug protocols { states, routes, events };\n"
 }
 
 // BFDSession is one line of `birdc show bfd sessions`.

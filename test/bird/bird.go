@@ -78,6 +78,9 @@ type Options struct {
 	SpeakerNetnsEach []string
 	// GracefulRestart enables graceful restart on BIRD's side.
 	GracefulRestart bool
+	// Accept, when set, are the only prefixes (with every more-specific) accepted
+	// from the speakers (import filter); default: everything.
+	Accept []netip.Prefix
 	// BFD, if set, runs BIRD's BFD protocol "bfd1" on the speakers' link (see bfd.go).
 	BFD *BFD
 	// EventLog logs protocol states, events and route changes with microsecond
@@ -299,43 +302,6 @@ func subnetInUse(idx int) bool {
 		}
 	}
 	return false
-}
-
-func (r *Router) config() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "router id %s;\n", r.RouterV4)
-	fmt.Fprintf(&b, "log %q all;\n", filepath.Join(r.dir, "bird.log"))
-	b.WriteString(r.eventLogConfig())
-	b.WriteString("protocol device { scan time 1; }\n")
-	b.WriteString("protocol kernel k4 { ipv4 { import none; export filter { if source = RTS_BGP then accept; reject; }; }; merge paths on; }\n")
-	b.WriteString("protocol kernel k6 { ipv6 { import none; export filter { if source = RTS_BGP then accept; reject; }; }; merge paths on; }\n")
-	b.WriteString(r.bfdConfig())
-	ka := r.opts.HoldTime / 3
-	if ka < 1 {
-		ka = 1
-	}
-	for i, s := range r.opts.Speakers {
-		for _, v6 := range []bool{false, true} {
-			name, local, nbr := fmt.Sprintf("s%d", i+1), r.RouterV4, r.SpeakerV4(i)
-			if v6 {
-				name, local, nbr = name+"v6", r.RouterV6, r.SpeakerV6(i)
-			}
-			fmt.Fprintf(&b, "protocol bgp %s {\n  local %s as %d;\n  neighbor %s as %d;\n  passive on;\n", name, local, r.ASN, nbr, s.ASN)
-			fmt.Fprintf(&b, "  hold time %d; keepalive time %d;\n  connect delay time 1; connect retry time 1; error wait time 1, 5;\n", r.opts.HoldTime, ka)
-			if s.Password != "" {
-				fmt.Fprintf(&b, "  password %q;\n", s.Password)
-			}
-			if r.opts.GracefulRestart {
-				b.WriteString("  graceful restart on;\n")
-			}
-			if r.opts.BFD != nil && r.opts.BFD.BGP {
-				b.WriteString("  bfd on;\n")
-			}
-			b.WriteString("  ipv4 { import all; export none; add paths rx; next hop keep; };\n")
-			b.WriteString("  ipv6 { import all; export none; add paths rx; next hop keep; };\n}\n")
-		}
-	}
-	return b.String()
 }
 
 // SpeakerV4 is the root-side IPv4 address of speaker i (0-based).

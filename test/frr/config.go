@@ -19,6 +19,9 @@ var configTmpl = template.Must(template.New("frr.conf").Option("missingkey=error
 
 // configData is what the template needs.
 type configData struct {
+	// Test adds what tests need (log file, debug logging); without it the output is
+	// the README's example (Example).
+	Test               bool
 	Hostname, LogFile  string
 	ASN                uint32
 	RouterV4, RouterV6 netip.Addr
@@ -54,6 +57,7 @@ type neighborData struct {
 func (r *Router) renderConfig() (string, error) {
 	o := r.opts
 	d := configData{
+		Test:            true,
 		Hostname:        r.Namespace,
 		LogFile:         r.logFile(),
 		ASN:             r.ASN,
@@ -89,6 +93,34 @@ func (r *Router) renderConfig() (string, error) {
 	var b strings.Builder
 	if err := configTmpl.Execute(&b, d); err != nil {
 		return "", fmt.Errorf("frr: rendering frr.conf: %w", err)
+	}
+	return b.String(), nil
+}
+
+// Example is frr.conf for a top-of-rack router as the README shows it: rendered
+// from the template the tests use, without their logging, for three CCM replicas
+// (10.0.0.11-13, AS 65000, TCP-MD5) peering with the router 10.0.0.254 (AS 65001),
+// the pools 192.0.2.0/24 and 2001:db8:5::/64, the pod network 10.244.0.0/16, graceful
+// restart helper (FRR's default, with RFC 8538) and BFD 300 ms x 3.
+func Example() (string, error) {
+	d := configData{
+		Hostname: "tor1", ASN: 65001,
+		RouterV4: netip.MustParseAddr("10.0.0.254"), RouterV6: netip.MustParseAddr("fd00::fe"),
+		Keepalive: 3, HoldTime: 9, GRNotification: true, HardAdminReset: true,
+		BFD: &bfdData{TransmitMs: 300, ReceiveMs: 300, DetectMultiplier: 3},
+	}
+	for i, p := range []string{"192.0.2.0/24", "10.244.0.0/16"} {
+		d.AcceptV4 = append(d.AcceptV4, acceptData{5 * (i + 1), netip.MustParsePrefix(p)})
+	}
+	d.AcceptV6 = []acceptData{{5, netip.MustParsePrefix("2001:db8:5::/64")}}
+	for i := range 3 {
+		d.Neighbors = append(d.Neighbors,
+			neighborData{netip.AddrFrom4([4]byte{10, 0, 0, byte(11 + i)}), "SPEAKERS-V4", 65000, "CHANGE-ME"},
+			neighborData{netip.MustParseAddr(fmt.Sprintf("fd00::%x", 0x11+i)), "SPEAKERS-V6", 65000, "CHANGE-ME"})
+	}
+	var b strings.Builder
+	if err := configTmpl.Execute(&b, d); err != nil {
+		return "", fmt.Errorf("frr: rendering the example: %w", err)
 	}
 	return b.String(), nil
 }
