@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -99,19 +100,26 @@ func TestBIRDBFDStopSendsAdminDown(t *testing.T) {
 	sp.stop(t)
 	err = bird.WaitFor(waitCtx(t), func(ctx context.Context) (bool, error) {
 		s, err := r.BFDSession(ctx, r.SpeakerV4(0))
+		if errors.Is(err, bird.ErrNotFound) {
+			return true, nil // BIRD removed it with the BGP session
+		}
 		return err == nil && s.State != "Up", nil
 	})
 	if err != nil {
 		t.Fatalf("BIRD's BFD session still up after the stop: %v", err)
 	}
-	events, _ := r.LogEvents(time.Time{})
 	var saw []string
-	for _, e := range events {
-		if e.Kind == bird.EventBFDState {
-			saw = append(saw, e.From+"->"+e.To)
+	err = bird.WaitFor(waitCtx(t), func(context.Context) (bool, error) {
+		events, err := r.LogEvents(time.Time{})
+		saw = nil
+		for _, e := range events {
+			if e.Kind == bird.EventBFDState {
+				saw = append(saw, e.From+"->"+e.To)
+			}
 		}
-	}
-	if !slices.Contains(saw, "Up->Down") && !slices.Contains(saw, "Up->AdminDown") {
-		t.Errorf("BIRD's BFD transitions %v, want the session taken down by our AdminDown", saw)
+		return slices.Contains(saw, "Up->Down") || slices.Contains(saw, "Up->AdminDown"), err
+	})
+	if err != nil {
+		t.Errorf("BIRD's BFD transitions %v, want the session taken down by our AdminDown: %v", saw, err)
 	}
 }
