@@ -6,7 +6,12 @@
 //	baremetal-ccmctl manifests agent-rbac
 //	baremetal-ccmctl agent kubeconfig --node NAME --ca-cert F --ca-key F --server URL [--ca-bundle F] [--tls-server-name N] [--validity D] [--out F]
 //	baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] [--bmc-ca-file F] [--kubeconfig F] HOST
+//	baremetal-ccmctl explain [--kubeconfig F] [-n NS] svc/NAME | node/NAME | host/NAME
+//	baremetal-ccmctl lb pools [--kubeconfig F]
 //	baremetal-ccmctl version
+//
+// Installed (or linked) as kubectl-baremetal it is a kubectl plugin: kubectl baremetal
+// explain svc/NAME.
 package main
 
 import (
@@ -36,7 +41,15 @@ const usage = `usage:
   baremetal-ccmctl bmc check [--inventory FILE] [--bmc-ca-file F] [--kubeconfig F] [--timeout D] HOST
       ask HOST's BMC for its power state as the CCM does; prints protocol, TLS mode,
       reachability, power state and latency (never credentials)
+  baremetal-ccmctl explain [--kubeconfig F] [-n NS] svc/NAME | node/NAME
+      why a LoadBalancer Service is pending or not announced, why a Node is tainted or not
+      initialized: conditions, events, pools, BGP sessions, next steps
+  baremetal-ccmctl explain [--inventory F] [--kubeconfig F] host/NAME
+      an inventory host: its entry, its Node, and its BMC asked as the CCM does
+  baremetal-ccmctl lb pools [--kubeconfig F]
+      every LoadBalancer pool's size, use and free addresses per family, and its Services
   baremetal-ccmctl version
+As a kubectl plugin (the binary named kubectl-baremetal on the PATH): kubectl baremetal explain svc/NAME
 `
 
 func main() {
@@ -50,6 +63,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case len(args) >= 2 && args[0] == "bmc" && args[1] == "check":
 		return bmcCheck(args[2:], stdout, stderr)
+	case len(args) >= 1 && args[0] == "explain":
+		return explainCmd(args[1:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "lb" && args[1] == "pools":
+		return lbPoolsCmd(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "agent" && args[1] == "kubeconfig":
 		return agentKubeconfigCmd(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "manifests" && args[1] == "rbac":

@@ -25,6 +25,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
 )
 
 // agentFlags are the flags of the replica-local agent.
@@ -84,7 +85,18 @@ func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.
 	} else if cfg.BGP != nil && cfg.BGP.RouterID != "" && c.ComponentConfig.Generic.LeaderElection.LeaderElect {
 		klog.InfoS("Warning: bgp.routerID is set in the CloudConfig and leader election is on: replicas that share this file share the router ID, which routers treat as one speaker; give each host its own (inventory hosts[].bgpRouterID, or --bgp-router-id)", "routerID", cfg.BGP.RouterID)
 	}
-	return runAgent(ctx, c.ClientBuilder.ClientOrDie("baremetal-ccm-agent"), c.SharedInformers, d, f.nodeName)
+	client := c.ClientBuilder.ClientOrDie("baremetal-ccm-agent")
+	a, done, err := runAgent(ctx, client, c.SharedInformers, d, f.nodeName)
+	if err == nil && a != nil && cfg.BGP != nil && f.nodeName != "" {
+		// The leader tells who announces each Service from these (Service condition
+		// baremetal-ccm.io/Announced; baremetal-ccmctl explain).
+		pub := &speakerstatus.Publisher{Client: client, Node: f.nodeName, Read: func() speakerstatus.Status {
+			st, _ := a.SpeakerStatus()
+			return st
+		}}
+		go pub.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent")))
+	}
+	return a, done, err
 }
 
 func parseRouterID(s string) (netip.Addr, error) {

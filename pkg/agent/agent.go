@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bfd"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
@@ -33,6 +34,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/nodehealth"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
 )
 
 // ReasonAnnouncementProblem is the event reason for a Service the agent cannot
@@ -57,6 +59,10 @@ type Speaker interface {
 	// Ready reports whether every session is up with this host's paths sent, and
 	// names the peers that are not.
 	Ready() (bool, []string)
+	// Peers, BFDSessions and AppliedPaths describe the speaker (SpeakerStatus).
+	Peers() []bgp.PeerStatus
+	BFDSessions() []bfd.SessionState
+	AppliedPaths() int
 }
 
 // Mirror keeps this host's kernel routes equal to the Nodes' pod CIDRs (routes.Mirror).
@@ -364,6 +370,26 @@ func (a *Agent) Ready(ctx context.Context) (bool, string) {
 		}
 	}
 	return ready, why
+}
+
+// SpeakerStatus describes this host's BGP speaker for speakerstatus.Publisher; ok
+// is false before the speaker started.
+func (a *Agent) SpeakerStatus() (speakerstatus.Status, bool) {
+	a.mu.Lock()
+	sp := a.speaker
+	a.mu.Unlock()
+	if sp == nil {
+		return speakerstatus.Status{}, false
+	}
+	bfdState := map[netip.Addr]string{}
+	for _, b := range sp.BFDSessions() {
+		bfdState[b.Peer] = b.State.String()
+	}
+	st := speakerstatus.Status{Paths: sp.AppliedPaths()}
+	for _, p := range sp.Peers() {
+		st.Peers = append(st.Peers, speakerstatus.Peer{Address: p.Address.String(), State: p.State, Ready: p.Ready, BFD: bfdState[p.Address], LastError: p.LastError})
+	}
+	return st, true
 }
 
 func (a *Agent) waitReason() string {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bfd"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
@@ -80,6 +81,10 @@ func (f *fakeSpeaker) Ready() (bool, []string) {
 	}
 	return true, nil
 }
+
+func (f *fakeSpeaker) Peers() []bgp.PeerStatus         { return nil }
+func (f *fakeSpeaker) BFDSessions() []bfd.SessionState { return nil }
+func (f *fakeSpeaker) AppliedPaths() int               { return 0 }
 
 func (f *fakeSpeaker) currentPeers() []config.BGPPeer {
 	f.mu.Lock()

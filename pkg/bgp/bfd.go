@@ -79,6 +79,16 @@ func (s *Speaker) onBFD(st bfd.SessionState) {
 	}
 }
 
+// AppliedPaths returns how many paths the speaker has announced (0 when stopped).
+func (s *Speaker) AppliedPaths() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv == nil {
+		return 0
+	}
+	return len(s.rib.applied)
+}
+
 // BFDSessions returns the BFD sessions' states.
 func (s *Speaker) BFDSessions() []bfd.SessionState {
 	if s.bfd == nil {

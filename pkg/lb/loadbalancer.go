@@ -23,7 +23,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	cloudprovider "k8s.io/cloud-provider"
-	"k8s.io/cloud-provider/api"
 	servicehelper "k8s.io/cloud-provider/service/helpers"
 	"k8s.io/klog/v2"
 
@@ -70,6 +69,7 @@ var ErrNotAnnounced = errors.New("assigned but not announceable")
 // LoadBalancer is the provider's cloudprovider.LoadBalancer. It is safe for concurrent
 // use by the service controller's workers.
 type LoadBalancer struct {
+	cfg    *config.LoadBalancerConfig
 	alloc  *ipam.Allocator
 	events EventRecorder
 
@@ -102,7 +102,7 @@ func New(cfg *config.LoadBalancerConfig, events EventRecorder) (*LoadBalancer, e
 		return nil, err
 	}
 	registerMetrics()
-	return &LoadBalancer{alloc: alloc, events: events}, nil
+	return &LoadBalancer{cfg: cfg, alloc: alloc, events: events}, nil
 }
 
 // Allocator returns the allocator (for metrics and tests).
@@ -179,7 +179,7 @@ func (l *LoadBalancer) prime(ctx context.Context) error {
 		return nil
 	}
 	if l.services == nil || !l.synced() {
-		return api.NewRetryError(ErrNotReady.Error(), time.Second)
+		return retryLater(ErrNotReady, time.Second)
 	}
 	var svcs []*v1.Service
 	var err error
@@ -284,7 +284,9 @@ func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 		l.events.Eventf(svc, v1.EventTypeWarning, reason, "%v", err)
 		logger.Info("Cannot assign load balancer IPs", "reason", reason, "err", err)
 		if retry {
-			return nil, api.NewRetryError(err.Error(), RetryAfter)
+			// Both: the controller retries after RetryAfter (api.RetryError) and its
+			// condition names the cause (the allocator's sentinel).
+			return nil, retryLater(err, RetryAfter)
 		}
 		return nil, err
 	}

@@ -31,7 +31,8 @@ const (
 	// CredentialsRole is the Role that grants it.
 	CredentialsRole = ClusterRole + ":bmc-credentials"
 	// GuardRole lets the CCM keep the deletion guard's state, the ConfigMap
-	// baremetal-ccm-deletion-guard in CredentialsNamespace.
+	// baremetal-ccm-deletion-guard and the pools' use, baremetal-ccm-pools, in
+	// CredentialsNamespace.
 	GuardRole = ClusterRole + ":deletion-guard"
 )
 
@@ -176,7 +177,7 @@ func CredentialsRules() []rbacv1.PolicyRule {
 func GuardRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"baremetal-ccm-deletion-guard"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"baremetal-ccm-deletion-guard", "baremetal-ccm-pools"}, Verbs: []string{"get", "update"}},
 	}
 }
 

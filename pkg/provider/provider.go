@@ -32,6 +32,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/announcestatus"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
@@ -220,6 +221,10 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 	if c.lb != nil && c.cfg.LoadBalancer.Announcer == config.AnnouncerMetalLB {
 		c.startMetalLB(ctx, clientBuilder, c.client, c.eventRecorder)
 	}
+	if c.lb != nil {
+		// The pools' use where kubectl sees it (baremetal-ccmctl lb pools).
+		go c.lb.RunPoolStatus(klog.NewContext(ctx, klog.FromContext(ctx).WithName("lb")), c.client, GuardStateNamespace, 5*time.Second)
+	}
 }
 
 // startMetalLB runs the metallb announcer on the leader: the metallb.io objects follow
@@ -320,6 +325,15 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 			klog.FromContext(c.ctx).Error(err, "The host-info publisher is off: agents on worker hosts get no rack peers")
 		} else {
 			go pub.Run(c.ctx)
+		}
+	}
+	if c.lb != nil {
+		// Who announces each Service: the condition baremetal-ccm.io/Announced.
+		ac, err := announcestatus.New(announcestatus.Options{Client: c.client, Informers: factory, Config: c.cfg, Pool: c.lb.Allocator().PoolOf})
+		if err != nil {
+			klog.FromContext(c.ctx).Error(err, "The Announced condition is off")
+		} else {
+			go ac.Run(c.ctx)
 		}
 	}
 	b := c.cfg.BMC

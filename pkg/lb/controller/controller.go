@@ -92,6 +92,14 @@ type Fence interface {
 	Check(ctx context.Context) error
 }
 
+// Conditioner is implemented by a Balancer that explains its answers as Service
+// conditions (lb.LoadBalancer): AssignedCondition(svc, err) is the condition after
+// EnsureLoadBalancer returned err. The controller writes it with the status patch it
+// makes anyway when the addresses change, and alone only when it changed.
+type Conditioner interface {
+	AssignedCondition(svc *v1.Service, err error) metav1.Condition
+}
+
 // Repriming is implemented by a Balancer that can rebuild its view from the Services
 // (lb.LoadBalancer): called when a status write conflicts, since the Service then
 // changed behind this replica's back.
@@ -109,6 +117,9 @@ type Controller struct {
 	recorder record.EventRecorder
 	fence    Fence
 	queue    workqueue.TypedRateLimitingInterface[string]
+	clock    func() time.Time
+	// pending are the Services that want an address and have none, since when.
+	pending *pendingSet
 }
 
 // New creates the controller and registers its handlers on the Service informer.
@@ -124,6 +135,8 @@ func New(o Options) (*Controller, error) {
 		cluster:  o.ClusterName,
 		recorder: o.Recorder,
 		fence:    o.Fence,
+		clock:    time.Now,
+		pending:  newPendingSet(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](minRetryDelay, maxRetryDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "service"},
@@ -177,6 +190,8 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	logger.Info("Starting service controller", "workers", workers)
 	defer logger.Info("Shutting down service controller")
+	defer c.pending.reset() // another replica leads now: it reports them
+	go wait.UntilWithContext(ctx, func(context.Context) { c.pending.publish(c.clock()) }, 5*time.Second)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {
 		return
 	}
@@ -231,6 +246,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	svc, err := c.lister.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		c.pending.done(key)
 		// Gone without its finalizer passing through here: release what it held.
 		gone := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 		if err := c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, gone); err != nil && !errors.Is(err, cloudprovider.ImplementedElsewhere) {
@@ -248,48 +264,82 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		}
 	}
 	if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil {
+		c.pending.done(key)
 		return c.cleanup(ctx, svc)
 	}
-	return c.ensure(ctx, svc)
+	assigned, err := c.ensure(ctx, svc)
+	if assigned || len(svc.Status.LoadBalancer.Ingress) > 0 { // pending: wants one and has none
+		c.pending.done(key)
+	} else {
+		c.pending.waiting(key, pendingSince(svc, c.clock()))
+	}
+	return err
+}
+
+// pendingSince is when the Service started waiting for its address: when its
+// AddressAssigned condition turned False, else when it was created (or now).
+func pendingSince(svc *v1.Service, now time.Time) time.Time {
+	for _, c := range svc.Status.Conditions {
+		if c.Type == "baremetal-ccm.io/AddressAssigned" && c.Status == metav1.ConditionFalse && !c.LastTransitionTime.IsZero() {
+			return c.LastTransitionTime.Time
+		}
+	}
+	if !svc.CreationTimestamp.IsZero() {
+		return svc.CreationTimestamp.Time
+	}
+	return now
 }
 
 // ensure assigns the Service its addresses and writes finalizer and status in one
-// patch when either is missing or different.
-func (c *Controller) ensure(ctx context.Context, svc *v1.Service) error {
+// patch when either is missing or different. It reports whether the Service holds
+// addresses now.
+func (c *Controller) ensure(ctx context.Context, svc *v1.Service) (bool, error) {
 	status, err := c.balancer.EnsureLoadBalancer(ctx, c.cluster, svc, nil)
 	if errors.Is(err, cloudprovider.ImplementedElsewhere) {
-		return nil
+		return true, nil // not ours to report
 	}
 	if err != nil {
 		var re *api.RetryError
 		if !errors.As(err, &re) {
 			c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error syncing load balancer: %v", err)
 		}
-		return fmt.Errorf("ensuring the load balancer: %w", err)
+		if cd, ok := c.balancer.(Conditioner); ok {
+			// Why it waits, where kubectl describe shows it: written only when it
+			// changed (a Service retried every 30 s is not rewritten).
+			want := svc.DeepCopy()
+			setCondition(&want.Status.Conditions, cd.AssignedCondition(svc, err), c.clock())
+			if perr := c.patch(ctx, svc, want); perr != nil && !apierrors.IsNotFound(perr) {
+				klog.FromContext(ctx).V(2).Info("Writing the AddressAssigned condition failed", "service", svc.Namespace+"/"+svc.Name, "err", perr)
+			}
+		}
+		return false, fmt.Errorf("ensuring the load balancer: %w", err)
 	}
 	if status == nil {
-		return errors.New("the balancer returned no status")
+		return false, errors.New("the balancer returned no status")
 	}
 	want := svc.DeepCopy()
 	if !servicehelper.HasLBFinalizer(want) {
 		want.Finalizers = append(want.Finalizers, servicehelper.LoadBalancerCleanupFinalizer)
 	}
 	want.Status.LoadBalancer = *status
+	if cd, ok := c.balancer.(Conditioner); ok {
+		setCondition(&want.Status.Conditions, cd.AssignedCondition(svc, nil), c.clock())
+	}
 	if err := c.patch(ctx, svc, want); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Deleted meanwhile (it had no finalizer yet): give the addresses back.
-			return c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, svc)
+			return true, c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, svc)
 		}
 		if apierrors.IsConflict(err) {
 			// Changed since this replica read it: retried with the new version, from
 			// an allocator rebuilt from the Services (another writer may have moved
 			// addresses).
-			return fmt.Errorf("writing the load balancer status: %w", err)
+			return false, fmt.Errorf("writing the load balancer status: %w", err)
 		}
 		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error writing load balancer status and finalizer: %v", err)
-		return fmt.Errorf("writing the load balancer status: %w", err)
+		return false, fmt.Errorf("writing the load balancer status: %w", err)
 	}
-	return nil
+	return len(status.Ingress) > 0, nil
 }
 
 // cleanup releases the Service's addresses, then removes the finalizer and clears the
@@ -316,6 +366,7 @@ func (c *Controller) cleanup(ctx context.Context, svc *v1.Service) error {
 	want.Finalizers = slices.DeleteFunc(want.Finalizers, func(f string) bool { return f == servicehelper.LoadBalancerCleanupFinalizer })
 	if ours {
 		want.Status.LoadBalancer = v1.LoadBalancerStatus{}
+		want.Status.Conditions = slices.DeleteFunc(want.Status.Conditions, func(c metav1.Condition) bool { return ownedCondition(c.Type) })
 	}
 	if err := c.patch(ctx, svc, want); err != nil && !apierrors.IsNotFound(err) {
 		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error removing load balancer status and cleanup finalizer: %v", err)
@@ -343,12 +394,18 @@ func (c *Controller) patch(ctx context.Context, old, want *v1.Service) error {
 		meta["$deleteFromPrimitiveList/finalizers"] = []string{servicehelper.LoadBalancerCleanupFinalizer}
 	}
 	body := map[string]any{}
-	statusChanged := !servicehelper.LoadBalancerStatusEqual(&old.Status.LoadBalancer, &want.Status.LoadBalancer)
-	if statusChanged {
+	status := map[string]any{}
+	if !servicehelper.LoadBalancerStatusEqual(&old.Status.LoadBalancer, &want.Status.LoadBalancer) {
 		// ingress is replaced as a whole; null clears it.
-		body["status"] = map[string]any{"loadBalancer": map[string]any{"ingress": want.Status.LoadBalancer.Ingress}}
+		status["loadBalancer"] = map[string]any{"ingress": want.Status.LoadBalancer.Ingress}
 	}
-	if len(meta) == 1 && !statusChanged {
+	if conds := conditionsPatch(old.Status.Conditions, want.Status.Conditions); len(conds) > 0 {
+		status["conditions"] = conds // merged by type: others' conditions are kept
+	}
+	if len(status) > 0 {
+		body["status"] = status
+	}
+	if len(meta) == 1 && len(status) == 0 {
 		return nil // nothing but the precondition
 	}
 	body["metadata"] = meta

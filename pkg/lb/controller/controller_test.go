@@ -470,3 +470,86 @@ func TestStatusWriteIsConditional(t *testing.T) {
 		t.Errorf("%d re-primes after a conflict, want 1", rb.reprimes)
 	}
 }
+
+// conditioner is a fakeBalancer that explains its answers as lb.LoadBalancer does.
+type conditioner struct{ *fakeBalancer }
+
+func (c conditioner) AssignedCondition(svc *v1.Service, err error) metav1.Condition {
+	if err != nil {
+		return metav1.Condition{Type: "baremetal-ccm.io/AddressAssigned", Status: metav1.ConditionFalse, Reason: "PoolExhausted", Message: err.Error()}
+	}
+	return metav1.Condition{Type: "baremetal-ccm.io/AddressAssigned", Status: metav1.ConditionTrue, Reason: "Assigned", Message: "assigned 192.0.2.10 (pool public)"}
+}
+
+// The AddressAssigned condition rides on the status patch of a new Service; an
+// unchanged condition is never rewritten; a failure writes the False condition once,
+// naming the reason, and a Service waiting counts in the pending metric.
+func TestAddressAssignedCondition(t *testing.T) {
+	f := newFixture(t, lbService("web"))
+	cb := conditioner{f.balancer}
+	f.c.balancer = cb
+	if err := f.sync("ns/web"); err != nil {
+		t.Fatal(err)
+	}
+	w := f.writes()
+	if len(w) != 1 || !strings.Contains(string(w[0].(k8stesting.PatchAction).GetPatch()), `"reason":"Assigned"`) || !strings.Contains(string(w[0].(k8stesting.PatchAction).GetPatch()), "192.0.2.10") {
+		t.Fatalf("writes = %v, want one patch with the address and the condition", w)
+	}
+	stored := func() *v1.Service {
+		s, err := f.client.CoreV1().Services("ns").Get(context.Background(), "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.informer.Core().V1().Services().Informer().GetIndexer().Update(s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := stored()
+	if c := condition(s); c == nil || c.Status != metav1.ConditionTrue || c.LastTransitionTime.IsZero() {
+		t.Fatalf("stored condition %+v", c)
+	}
+	f.client.ClearActions()
+	if err := f.sync("ns/web"); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("writes %v for an unchanged condition", w)
+	}
+
+	f.balancer.err = api.NewRetryError("pool public exhausted", time.Minute)
+	for i := range 2 {
+		f.client.ClearActions()
+		if err := f.sync("ns/web"); err == nil {
+			t.Fatal("sync succeeded with a failing balancer")
+		}
+		n := len(f.writes())
+		if i == 0 && n != 1 || i == 1 && n != 0 {
+			t.Errorf("attempt %d: %d writes, want the False condition written once", i, n)
+		}
+		s = stored()
+	}
+	if c := condition(s); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "PoolExhausted" || !strings.Contains(c.Message, "exhausted") {
+		t.Errorf("condition after the failure %+v", c)
+	}
+	if n := len(f.c.pending.since); n != 0 {
+		t.Errorf("%d pending Services, want 0: the Service keeps its address", n)
+	}
+	// A new Service the balancer cannot serve is pending.
+	if err := f.informer.Core().V1().Services().Informer().GetIndexer().Add(lbService("new")); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.sync("ns/new")
+	if _, ok := f.c.pending.since["ns/new"]; !ok || len(f.c.pending.since) != 1 {
+		t.Errorf("pending %v, want ns/new", f.c.pending.since)
+	}
+}
+
+func condition(s *v1.Service) *metav1.Condition {
+	for i := range s.Status.Conditions {
+		if s.Status.Conditions[i].Type == "baremetal-ccm.io/AddressAssigned" {
+			return &s.Status.Conditions[i]
+		}
+	}
+	return nil
+}

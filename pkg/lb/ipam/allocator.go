@@ -900,6 +900,27 @@ func (a *Allocator) PoolOf(ip netip.Addr) (*config.AddressPool, bool) {
 	return &r.pool.cfg, true
 }
 
+// PoolServices returns, per pool, how many Services hold at least one of its
+// addresses. It is O(Services): for status reports, not the allocation path.
+func (a *Allocator) PoolServices() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]int, len(a.pools))
+	for _, p := range a.pools {
+		out[p.name] = 0
+	}
+	for _, s := range a.svcs {
+		counted := ""
+		for _, ip := range s.ips {
+			if u := a.ips[ip]; u != nil && u.rng != nil && u.rng.pool.name != counted {
+				counted = u.rng.pool.name // a dual-stack Service counts once per pool
+				out[counted]++
+			}
+		}
+	}
+	return out
+}
+
 // Usage returns every pool's size and use per family it offers, in pool order
 // (Priority, then name).
 func (a *Allocator) Usage() []PoolUsage {

@@ -1,0 +1,373 @@
+// Package announcestatus keeps the Service condition baremetal-ccm.io/Announced on
+// the leader: which announcer carries a Service's addresses, how many CCM replicas
+// announce them and whether their BGP sessions are up (from each replica's
+// speakerstatus annotation on its Node), and in next-hop mode nodes which nodes the
+// paths lead to. It only writes a condition that changed, at a bounded rate, so a BGP
+// session that flaps does not turn into a burst of writes.
+//
+// The message names sessions up or down, never their transient states or errors
+// (those are on the replica's Node and in `baremetal-ccmctl explain`), so a session
+// retrying does not rewrite every Service. Worker agents do not publish their
+// sessions (their role cannot write Nodes): in agent mode the condition names the
+// nodes that are eligible to announce.
+package announcestatus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/klog/v2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
+)
+
+// Reasons of lb.ConditionAnnounced.
+const (
+	ReasonBGP             = "BGP"
+	ReasonMetalLB         = "MetalLB"
+	ReasonNoAnnouncer     = "NoAnnouncer"
+	ReasonNoSessionUp     = "NoSessionUp"
+	ReasonNoReplica       = "NoReplicaReports"
+	ReasonNoEligibleNode  = "NoEligibleNode"
+	ReasonNoLocalEndpoint = "NoLocalEndpoint"
+	ReasonNotInPool       = "NotInPool"
+)
+
+// Options configure a Controller.
+type Options struct {
+	Client    kubernetes.Interface
+	Informers informers.SharedInformerFactory
+	Config    *config.CloudConfig
+	// Pool returns an IP's pool (an IP in none is not announced).
+	Pool func(netip.Addr) (*config.AddressPool, bool)
+	// Interval between full passes. Default 5s.
+	Interval time.Duration
+	// WriteQPS and WriteBurst bound the condition writes. Default 20 and 50.
+	WriteQPS   float32
+	WriteBurst int
+	// Clock is time.Now unless a test sets it.
+	Clock func() time.Time
+}
+
+// Controller computes and writes the Announced condition.
+type Controller struct {
+	o        Options
+	services corelisters.ServiceLister
+	nodes    corelisters.NodeLister
+	slices   discoverylisters.EndpointSliceLister
+	synced   []cache.InformerSynced
+	kick     chan struct{}
+	limiter  flowcontrol.RateLimiter
+
+	mu      sync.Mutex
+	written map[string]metav1.Condition // what this term wrote (the cache may lag)
+}
+
+// New registers the controller's informers (all shared with the agent).
+func New(o Options) (*Controller, error) {
+	if o.Client == nil || o.Informers == nil || o.Config == nil {
+		return nil, fmt.Errorf("announcestatus: Client, Informers and Config are required")
+	}
+	if o.Interval <= 0 {
+		o.Interval = 5 * time.Second
+	}
+	if o.WriteQPS <= 0 {
+		o.WriteQPS = 20
+	}
+	if o.WriteBurst <= 0 {
+		o.WriteBurst = 50
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	c := &Controller{o: o, kick: make(chan struct{}, 1), written: map[string]metav1.Condition{},
+		limiter: flowcontrol.NewTokenBucketRateLimiter(o.WriteQPS, o.WriteBurst)}
+	svc := o.Informers.Core().V1().Services()
+	nd := o.Informers.Core().V1().Nodes()
+	sl := o.Informers.Discovery().V1().EndpointSlices()
+	c.services, c.nodes, c.slices = svc.Lister(), nd.Lister(), sl.Lister()
+	c.synced = []cache.InformerSynced{svc.Informer().HasSynced, nd.Informer().HasSynced, sl.Informer().HasSynced}
+	return c, nil
+}
+
+// Run passes over every Service each Interval until ctx ends (the leadership term).
+func (c *Controller) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("announce-status")
+	ctx = klog.NewContext(ctx, logger)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	tick := time.NewTicker(c.o.Interval)
+	defer tick.Stop()
+	for {
+		c.pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// pass computes every Service's condition and writes those that changed.
+func (c *Controller) pass(ctx context.Context) {
+	svcs, err := c.services.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	nodes, _ := c.nodes.List(labels.Everything())
+	want := c.Compute(svcs, nodes)
+	for _, svc := range svcs {
+		k := svc.Namespace + "/" + svc.Name
+		cond, ok := want[k]
+		if !ok {
+			continue
+		}
+		cur := meta.FindStatusCondition(svc.Status.Conditions, lb.ConditionAnnounced)
+		c.mu.Lock()
+		w, wrote := c.written[k]
+		c.mu.Unlock()
+		if same(cur, cond) || wrote && same(&w, cond) {
+			continue
+		}
+		if !c.limiter.TryAccept() {
+			continue // the next pass writes it: bounded writes when much changes at once
+		}
+		if err := c.write(ctx, svc, cur, cond); err != nil {
+			klog.FromContext(ctx).V(2).Info("Writing the Announced condition failed; retrying at the next pass", "service", k, "err", err)
+			continue
+		}
+		c.mu.Lock()
+		c.written[k] = cond
+		c.mu.Unlock()
+	}
+}
+
+func same(a *metav1.Condition, b metav1.Condition) bool {
+	return a != nil && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
+}
+
+// write patches the condition (merged by type: the Service's other conditions stay).
+func (c *Controller) write(ctx context.Context, svc *v1.Service, cur *metav1.Condition, cond metav1.Condition) error {
+	cond.LastTransitionTime = metav1.NewTime(c.o.Clock())
+	if cur != nil && cur.Status == cond.Status {
+		cond.LastTransitionTime = cur.LastTransitionTime
+	}
+	cond.ObservedGeneration = svc.Generation
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []metav1.Condition{cond}}})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = c.o.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
+}
+
+// replica is one CCM replica's published speaker.
+type replica struct {
+	node   *v1.Node
+	status speakerstatus.Status
+}
+
+// Compute returns the Announced condition of every Service of ours that holds
+// addresses, by namespace/name (without transition time).
+func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node) map[string]metav1.Condition {
+	now := c.o.Clock()
+	cfg := c.o.Config
+	announcer := config.AnnouncerNone
+	if cfg.LoadBalancer != nil {
+		announcer = cfg.LoadBalancer.Announcer
+	}
+	var replicas []replica
+	byName := make(map[string]*v1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+		if st, fresh, err := speakerstatus.FromNode(n, now); err == nil && fresh {
+			replicas = append(replicas, replica{node: n, status: st})
+		}
+	}
+	sort.Slice(replicas, func(i, j int) bool { return replicas[i].node.Name < replicas[j].node.Name })
+	slicesOf := func(ns, name string) []*discoveryv1.EndpointSlice {
+		sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name})
+		out, _ := c.slices.EndpointSlices(ns).List(sel)
+		return out
+	}
+	var hops map[netip.Prefix][]netip.Addr
+	if announcer == config.AnnouncerBGP && cfg.BGP != nil && cfg.BGP.NextHop == config.NextHopNodes {
+		want, _ := lb.Desired(lb.State{Services: svcs, EndpointSlices: slicesOf, Node: func(n string) (*v1.Node, bool) { nd, ok := byName[n]; return nd, ok },
+			Nodes: nodes, Pool: c.o.Pool, NextHop: config.NextHopNodes})
+		hops = make(map[netip.Prefix][]netip.Addr, len(want))
+		for _, a := range want {
+			hops[a.Prefix] = a.NextHops
+		}
+	}
+	nodeOf := map[netip.Addr]string{}
+	if hops != nil {
+		for _, n := range nodes {
+			for _, v4 := range []bool{true, false} {
+				if ip, ok := lb.InternalIP(n, v4); ok {
+					nodeOf[ip] = n.Name
+				}
+			}
+		}
+	}
+	out := map[string]metav1.Condition{}
+	for _, svc := range svcs {
+		if !lb.Owned(svc) || svc.DeletionTimestamp != nil {
+			continue
+		}
+		ips := lb.IngressIPs(svc)
+		if len(ips) == 0 {
+			continue
+		}
+		cond := metav1.Condition{Type: lb.ConditionAnnounced}
+		switch announcer {
+		case config.AnnouncerNone:
+			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonNoAnnouncer
+			cond.Message = "loadBalancer.announcer is none: this CCM assigns the addresses; announce them by other means"
+		case config.AnnouncerMetalLB:
+			cond.Status, cond.Reason = metav1.ConditionUnknown, ReasonMetalLB
+			cond.Message = "announced by MetalLB's speakers from the objects this CCM writes (see MetalLB's status and logs)"
+		default:
+			cond = c.bgpCondition(svc, ips, replicas, hops, nodeOf, slicesOf)
+		}
+		out[svc.Namespace+"/"+svc.Name] = cond
+	}
+	return out
+}
+
+// bgpCondition is the condition of a Service announced by the embedded speakers.
+func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []replica, hops map[netip.Prefix][]netip.Addr, nodeOf map[netip.Addr]string, slicesOf func(string, string) []*discoveryv1.EndpointSlice) metav1.Condition {
+	cond := metav1.Condition{Type: lb.ConditionAnnounced, Status: metav1.ConditionFalse}
+	if c.o.Pool != nil {
+		var out []string
+		for _, ip := range ips {
+			if _, ok := c.o.Pool(ip); !ok {
+				out = append(out, ip.String())
+			}
+		}
+		if len(out) == len(ips) {
+			cond.Reason = ReasonNotInPool
+			cond.Message = fmt.Sprintf("%s in no configured pool: not announced (add the range back to a pool, or recreate the Service)", strings.Join(out, ", "))
+			return cond
+		}
+	}
+	local := svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+	var ready map[string]bool
+	if local {
+		ready = lb.ReadyEndpointNodes(slicesOf(svc.Namespace, svc.Name))
+	}
+	mode := config.NextHopSelf
+	if hops != nil {
+		mode = config.NextHopNodes
+	}
+	// Who announces: in mode self every replica with a session up (for Local only
+	// those with a ready local endpoint); in mode nodes every replica, with the
+	// eligible nodes as next hops.
+	var by, notBy []string
+	for _, r := range replicas {
+		var up, down []string
+		for _, p := range r.status.Peers {
+			if p.State == "established" {
+				up = append(up, p.Address)
+			} else {
+				down = append(down, p.Address)
+			}
+		}
+		desc := r.node.Name + " (" + sessions(up, down) + ")"
+		switch {
+		case len(up) == 0:
+			notBy = append(notBy, desc)
+		case mode == config.NextHopSelf && local && !ready[r.node.Name]:
+			notBy = append(notBy, r.node.Name+" (no ready local endpoint)")
+		default:
+			by = append(by, desc)
+		}
+	}
+	var b strings.Builder
+	var nh []string
+	if mode == config.NextHopNodes {
+		seen := map[string]bool{}
+		for _, ip := range ips {
+			for _, hop := range hops[netip.PrefixFrom(ip, ip.BitLen())] {
+				if n := nodeOf[hop]; n != "" && !seen[n] {
+					seen[n] = true
+					nh = append(nh, n)
+				}
+			}
+		}
+		slices.Sort(nh)
+	}
+	switch {
+	case len(replicas) == 0:
+		cond.Reason = ReasonNoReplica
+		b.WriteString("no CCM replica reports its BGP speaker (annotation " + speakerstatus.Annotation + " on its Node, written when the CCM knows its --node-name)")
+	case mode == config.NextHopNodes && len(nh) == 0:
+		cond.Reason = ReasonNoEligibleNode
+		b.WriteString("no eligible node to send the traffic to (Ready, not excluded, powered on, healthy")
+		if local {
+			b.WriteString(", with a ready local endpoint")
+		}
+		b.WriteString("): not announced, so the routers drop nothing into a black hole")
+	case len(by) == 0 && mode == config.NextHopSelf && local:
+		cond.Reason = ReasonNoLocalEndpoint
+		b.WriteString("externalTrafficPolicy Local and no CCM replica's node has a ready endpoint: not announced in next-hop mode self (use bgp.nextHop: nodes for Local Services)")
+	case len(by) == 0:
+		cond.Reason = ReasonNoSessionUp
+		b.WriteString("no CCM replica has a BGP session up")
+	default:
+		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonBGP
+		fmt.Fprintf(&b, "announced over BGP by %d of %d CCM replicas: %s", len(by), len(replicas), strings.Join(by, ", "))
+	}
+	if len(notBy) > 0 && cond.Reason != ReasonNoReplica {
+		b.WriteString("; not by " + strings.Join(notBy, ", "))
+	}
+	if len(nh) > 0 {
+		b.WriteString("; next hops: " + strings.Join(limit(nh, 20), ", "))
+	}
+	cond.Message = b.String()
+	return cond
+}
+
+func sessions(up, down []string) string {
+	var parts []string
+	if len(up) > 0 {
+		parts = append(parts, "sessions up: "+strings.Join(up, ", "))
+	}
+	if len(down) > 0 {
+		parts = append(parts, "down: "+strings.Join(down, ", "))
+	}
+	if len(parts) == 0 {
+		return "no BGP peer"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func limit(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(slices.Clone(s[:n]), fmt.Sprintf("and %d more", len(s)-n))
+}

@@ -1,0 +1,155 @@
+package announcestatus
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
+)
+
+var now = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+
+func replicaNode(name, ip string, peers ...speakerstatus.Peer) *v1.Node {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}},
+			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+	if peers != nil {
+		b, _ := json.Marshal(speakerstatus.Status{Updated: now.Add(-time.Minute), Peers: peers})
+		n.Annotations[speakerstatus.Annotation] = string(b)
+	}
+	return n
+}
+
+func service(name, ip string, local bool) *v1.Service {
+	s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer},
+		Status: v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: ip}}}}}
+	if local {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	}
+	return s
+}
+
+func fixture(t *testing.T, cfg *config.CloudConfig, objs ...runtime.Object) (*Controller, *fake.Clientset) {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	f := informers.NewSharedInformerFactory(client, 0)
+	c, err := New(Options{Client: client, Informers: f, Config: cfg, Clock: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	return c, client
+}
+
+func bgpConfig(nextHop string) *config.CloudConfig {
+	return &config.CloudConfig{LoadBalancer: &config.LoadBalancerConfig{Announcer: config.AnnouncerBGP}, BGP: &config.BGPConfig{LocalASN: 65000, NextHop: nextHop}}
+}
+
+func TestComputeSelf(t *testing.T) {
+	up := speakerstatus.Peer{Address: "10.0.0.254", State: "established"}
+	down := speakerstatus.Peer{Address: "10.0.0.254", State: "active"}
+	nodes := []*v1.Node{replicaNode("cp-1", "10.0.0.1", up), replicaNode("cp-2", "10.0.0.2", up), replicaNode("cp-3", "10.0.0.3", down), replicaNode("worker", "10.0.0.9")}
+	web, loc := service("web", "192.0.2.1", false), service("loc", "192.0.2.2", true)
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "loc-1", Labels: map[string]string{discoveryv1.LabelServiceName: "loc"}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.5"}, NodeName: ptr.To("cp-2"), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}}
+	c, _ := fixture(t, bgpConfig(config.NextHopSelf), slice)
+	got := c.Compute([]*v1.Service{web, loc, service("pending", "", false)}, nodes)
+	w := got["ns/web"]
+	if w.Status != metav1.ConditionTrue || w.Reason != ReasonBGP || !strings.Contains(w.Message, "2 of 3 CCM replicas") || !strings.Contains(w.Message, "not by cp-3") {
+		t.Errorf("web: %+v", w)
+	}
+	l := got["ns/loc"]
+	if l.Status != metav1.ConditionTrue || !strings.Contains(l.Message, "1 of 3") || !strings.Contains(l.Message, "cp-1 (no ready local endpoint)") {
+		t.Errorf("loc: %+v", l)
+	}
+	if _, ok := got["ns/pending"]; ok {
+		t.Error("a Service without an address got the condition")
+	}
+	// Every session down: False, naming the cause.
+	nodes = []*v1.Node{replicaNode("cp-1", "10.0.0.1", down)}
+	if g := c.Compute([]*v1.Service{web}, nodes)["ns/web"]; g.Status != metav1.ConditionFalse || g.Reason != ReasonNoSessionUp {
+		t.Errorf("all down: %+v", g)
+	}
+	// A stale report counts as none.
+	stale := replicaNode("cp-1", "10.0.0.1", up)
+	b, _ := json.Marshal(speakerstatus.Status{Updated: now.Add(-time.Hour), Peers: []speakerstatus.Peer{up}})
+	stale.Annotations[speakerstatus.Annotation] = string(b)
+	if g := c.Compute([]*v1.Service{web}, []*v1.Node{stale})["ns/web"]; g.Reason != ReasonNoReplica {
+		t.Errorf("stale: %+v", g)
+	}
+}
+
+func TestComputeNodesAndOtherAnnouncers(t *testing.T) {
+	up := speakerstatus.Peer{Address: "10.0.0.254", State: "established"}
+	nodes := []*v1.Node{replicaNode("cp-1", "10.0.0.1", up), replicaNode("n1", "10.0.0.11"), replicaNode("n2", "10.0.0.12")}
+	nodes[2].Status.Conditions = append(nodes[2].Status.Conditions, v1.NodeCondition{Type: lb.ConditionPoweredOn, Status: v1.ConditionFalse})
+	web := service("web", "192.0.2.1", false)
+	c, _ := fixture(t, bgpConfig(config.NextHopNodes))
+	g := c.Compute([]*v1.Service{web}, nodes)["ns/web"]
+	if g.Status != metav1.ConditionTrue || !strings.Contains(g.Message, "next hops: cp-1, n1") || strings.Contains(g.Message, "n2") {
+		t.Errorf("nodes mode: %+v", g)
+	}
+	loc := service("loc", "192.0.2.2", true)
+	if g := c.Compute([]*v1.Service{loc}, nodes)["ns/loc"]; g.Reason != ReasonNoEligibleNode {
+		t.Errorf("Local without endpoints, nodes mode: %+v", g)
+	}
+	for announcer, reason := range map[string]string{config.AnnouncerNone: ReasonNoAnnouncer, config.AnnouncerMetalLB: ReasonMetalLB} {
+		cfg := bgpConfig(config.NextHopSelf)
+		cfg.LoadBalancer.Announcer = announcer
+		c, _ := fixture(t, cfg)
+		if g := c.Compute([]*v1.Service{web}, nodes)["ns/web"]; g.Reason != reason {
+			t.Errorf("%s: %+v", announcer, g)
+		}
+	}
+	// An address in no pool is not announced.
+	c.o.Pool = func(netip.Addr) (*config.AddressPool, bool) { return nil, false }
+	if g := c.Compute([]*v1.Service{web}, nodes)["ns/web"]; g.Reason != ReasonNotInPool {
+		t.Errorf("no pool: %+v", g)
+	}
+}
+
+// A pass writes a condition that changed, once, and keeps the transition time while
+// the status stays.
+func TestPassWritesChanges(t *testing.T) {
+	up := speakerstatus.Peer{Address: "10.0.0.254", State: "established"}
+	web := service("web", "192.0.2.1", false)
+	c, client := fixture(t, bgpConfig(config.NextHopSelf), web, replicaNode("cp-1", "10.0.0.1", up))
+	ctx := context.Background()
+	for range 3 {
+		c.pass(ctx)
+	}
+	patches := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" {
+			patches++
+		}
+	}
+	if patches != 1 {
+		t.Errorf("%d patches for one change, want 1", patches)
+	}
+	s, err := client.CoreV1().Services("ns").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cond := meta.FindStatusCondition(s.Status.Conditions, lb.ConditionAnnounced); cond == nil || cond.Status != metav1.ConditionTrue || cond.LastTransitionTime.IsZero() {
+		t.Errorf("stored %+v", s.Status.Conditions)
+	}
+}
