@@ -12,6 +12,9 @@ PKG        := github.com/baremetal-ccm/baremetal-ccm
 LDFLAGS    := -s -w -X $(PKG)/pkg/version.Version=$(VERSION) -X $(PKG)/pkg/version.Commit=$(COMMIT) \
               -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION)
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# The CCM image (make image): its reference and the OCI archive it is written to.
+IMAGE      ?= localhost/baremetal-ccm/baremetal-cloud-controller-manager:$(VERSION)
+IMAGE_OUT  ?= dist/baremetal-cloud-controller-manager-image.tar
 E2E_TIMEOUT ?= 40m
 
 .PHONY: help
@@ -43,9 +46,17 @@ unit: ## Run the unit tests with the race detector (Redfish emulator and ipmi_si
 	hack/deps.sh --packages-only
 	go test -race -count=1 ./...
 
+.PHONY: image
+image: ## Build the CCM image without Docker into dist/ (an OCI archive for ctr, podman or docker load), reproducibly.
+	IMAGE='$(IMAGE)' IMAGE_OUT='$(IMAGE_OUT)' VERSION='$(VERSION)' COMMIT='$(COMMIT)' hack/image.sh
+
 .PHONY: e2e
-e2e: deps ## Run the e2e suite: real etcd + kube-apiserver, the CCM as a separate process.
-	go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+e2e: deps image ## Run the e2e suite: real etcd + kube-apiserver, the CCM as a process and in real kubelets (the image).
+	BAREMETAL_CCM_IMAGE='$(abspath $(IMAGE_OUT))' go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+
+.PHONY: e2e-kubelet
+e2e-kubelet: deps image ## Run only the real-kubelet e2e tests: the image as a static pod and a Deployment (root).
+	BAREMETAL_CCM_IMAGE='$(abspath $(IMAGE_OUT))' go test -tags e2e -count=1 -timeout 20m -run '^TestKubelet' -v ./test/e2e/
 
 .PHONY: lint
 lint: ## go vet, staticcheck and gofmt (also on the e2e build tag).

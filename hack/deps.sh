@@ -4,11 +4,15 @@
 #     openssl, iproute2, systemd (systemd-analyze checks the unit), openipmi (ipmi_sim)
 #     and ipmitool (IPMI BMCs for the BMC tests; ipmitool is also a runtime dependency),
 #     bird2 (BIRD 2, the top-of-rack BGP router of the BGP, load-balancer and route tests),
+#     runc and containernetworking-plugins (the real kubelets' containerd runs them),
 #     frr (FRR 8.4: zebra, bgpd and bfdd, the top-of-rack router of test/frr and the BFD
 #     interop tests; the tests start their own daemons, the package's service is kept
-#     from starting and disabled)
-#   - kube-apiserver and kube-controller-manager, built from the Go module proxy into
-#     $BAREMETAL_CCM_CACHE (default ~/.cache/baremetal-ccm) by hack/build-kube.sh
+#     from starting and disabled), prometheus (only for promtool, which checks and
+#     unit-tests packaging/monitoring's alerting rules; its service is kept from
+#     starting and disabled)
+#   - kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, the kubelet and
+#     containerd, built from the Go module proxy into $BAREMETAL_CCM_CACHE (default
+#     ~/.cache/baremetal-ccm) by hack/build-kube.sh
 #   - MetalLB's speaker, built from the Go module proxy into the same cache by
 #     hack/build-metallb-speaker.sh (the e2e test of the MetalLB announcer runs it)
 # Installing packages needs root; as another user it says what to install and fails.
@@ -24,7 +28,10 @@ command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v ipmi_sim >/dev/null 2>&1 || need+=(openipmi)
 command -v ipmitool >/dev/null 2>&1 || need+=(ipmitool)
 command -v bird >/dev/null 2>&1 || need+=(bird2)
+[ -x /usr/sbin/runc ] || need+=(runc)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 { [ -x /usr/lib/frr/bgpd ] && [ -x /usr/lib/frr/bfdd ] && command -v vtysh >/dev/null 2>&1; } || need+=(frr)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]}; run as root: apt-get update && apt-get install -y --no-install-recommends ${need[*]}" >&2
@@ -33,29 +40,32 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
-  frr_new=
-  if [[ " ${need[*]} " == *" frr "* ]]; then
-    frr_new=1
-    # The frr package enables frr.service and starts it (zebra, staticd) from its
-    # postinst. Deny that with a policy-rc.d for the install unless one exists.
+  services=()
+  [[ " ${need[*]} " == *" frr "* ]] && services+=(frr)
+  [[ " ${need[*]} " == *" prometheus "* ]] && services+=(prometheus)
+  if [ ${#services[@]} -gt 0 ]; then
+    # The frr and prometheus packages enable their services and start them from their
+    # postinst; the tests need only the programs. Deny that with a policy-rc.d for the
+    # install unless one exists.
     if [ ! -e /usr/sbin/policy-rc.d ]; then
-      printf '#!/bin/sh\n# hack/deps.sh (baremetal-ccm): keep frr.service from starting\ncase "$1" in frr|frr.service) exit 101;; esac\nexit 0\n' >/usr/sbin/policy-rc.d
+      printf '#!/bin/sh\n# hack/deps.sh (baremetal-ccm): keep frr and prometheus from starting\ncase "$1" in frr|frr.service|prometheus|prometheus.service) exit 101;; esac\nexit 0\n' >/usr/sbin/policy-rc.d
       chmod 755 /usr/sbin/policy-rc.d
       trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     fi
   fi
   apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
-  if [ -n "$frr_new" ]; then
+  for svc in "${services[@]}"; do
     # Installed for the tests only: not started at boot, and not running now (an
     # existing policy-rc.d may have let it start).
     if [ -d /run/systemd/system ]; then
-      systemctl disable --now frr.service >&2 || true
+      systemctl disable --now "$svc.service" >&2 || true
     else
-      deb-systemd-helper disable frr.service >/dev/null 2>&1 || true
-      update-rc.d frr disable >/dev/null 2>&1 || true
-      if ls /run/frr/*.pid >/dev/null 2>&1; then /usr/lib/frr/frrinit.sh stop >&2 || true; fi
+      deb-systemd-helper disable "$svc.service" >/dev/null 2>&1 || true
+      update-rc.d "$svc" disable >/dev/null 2>&1 || true
+      if [ "$svc" = frr ] && ls /run/frr/*.pid >/dev/null 2>&1; then /usr/lib/frr/frrinit.sh stop >&2 || true; fi
+      if [ "$svc" = prometheus ] && [ -x /etc/init.d/prometheus ]; then /etc/init.d/prometheus stop >&2 || true; fi
     fi
-  fi
+  done
 fi
 [ "${1:-}" = --packages-only ] && exit 0
 "$here/build-kube.sh" >/dev/null

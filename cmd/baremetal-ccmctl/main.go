@@ -1,6 +1,7 @@
 // Command baremetal-ccmctl is the operators' tool for baremetal-ccm.
 //
 //	baremetal-ccmctl manifests static-pod [--image I] [--kubeconfig P] [--config-dir D] [--secure-port N] [-- extra CCM args]
+//	baremetal-ccmctl manifests deployment [--image I] [--replicas N] [--config-map NAME] [--config-dir D] [--secure-port N] [--api-server [HOST]:PORT] [-- extra CCM args]
 //	baremetal-ccmctl manifests rbac
 //	baremetal-ccmctl manifests rbac-metallb [--namespace NS]
 //	baremetal-ccmctl manifests agent-rbac
@@ -27,6 +28,9 @@ import (
 const usage = `usage:
   baremetal-ccmctl manifests static-pod [flags] [-- extra CCM arguments]
       print the static pod manifest for a control-plane node (put it in /etc/kubernetes/manifests/)
+  baremetal-ccmctl manifests deployment [flags] [-- extra CCM arguments]
+      print the CCM as a Deployment on the control-plane nodes (kubectl apply -f -), for
+      clusters that prefer one to static pods; its configuration comes from a ConfigMap
   baremetal-ccmctl manifests rbac
       print the ServiceAccount, ClusterRole and bindings the CCM needs (kubectl apply -f -)
   baremetal-ccmctl manifests rbac-metallb [--namespace NS]
@@ -99,6 +103,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return emit(stdout, stderr, pod)
+	case len(args) >= 2 && args[0] == "manifests" && args[1] == "deployment":
+		return deploymentCmd(args[2:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2
@@ -112,4 +118,31 @@ func emit(stdout, stderr io.Writer, objs ...any) int {
 	}
 	_, _ = stdout.Write(data)
 	return 0
+}
+
+func deploymentCmd(args []string, stdout, stderr io.Writer) int {
+	o := manifests.DefaultDeploymentOptions()
+	fs := flag.NewFlagSet("deployment", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Image, "image", o.Image, "CCM image (must contain ipmitool)")
+	replicas := fs.Int("replicas", int(o.Replicas), "replicas, at most one per control-plane node")
+	fs.StringVar(&o.ConfigMap, "config-map", o.ConfigMap, "ConfigMap in kube-system with cloud-config.yaml, the inventory and CA files")
+	fs.StringVar(&o.ConfigDir, "config-dir", o.ConfigDir, "where the ConfigMap is mounted (the paths in cloud-config.yaml)")
+	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "port of /healthz and /metrics on the node's 127.0.0.1")
+	fs.StringVar(&o.APIServer, "api-server", o.APIServer, "HOST:PORT of the API server to use instead of the kubernetes Service (no kube-proxy or CNI needed; its certificate must name HOST); :PORT is the node's own at the node's address")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *replicas < 1 || *replicas > 1000 {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: --replicas %d: want 1 to 1000\n", *replicas)
+		return 2
+	}
+	o.Replicas = int32(*replicas)
+	o.ExtraArgs = fs.Args()
+	d, err := manifests.Deployment(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
+		return 2
+	}
+	return emit(stdout, stderr, d)
 }

@@ -22,7 +22,7 @@ func TestManifests(t *testing.T) {
 		}
 	}
 	// Defaults print exactly the packaged manifests (minus their header comment).
-	for args, file := range map[string]string{"static-pod": "static-pod.yaml", "rbac": "rbac.yaml", "agent-rbac": "rbac-agent.yaml"} {
+	for args, file := range map[string]string{"static-pod": "static-pod.yaml", "deployment": "deployment.yaml", "rbac": "rbac.yaml", "agent-rbac": "rbac-agent.yaml"} {
 		out.Reset()
 		if code := run([]string{"manifests", args}, &out, &errb); code != 0 {
 			t.Fatalf("%s: exit %d", args, code)
@@ -37,6 +37,21 @@ func TestManifests(t *testing.T) {
 	}
 	if code := run([]string{"manifests", "static-pod", "--config-dir", "relative"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "absolute") {
 		t.Errorf("relative config dir: exit %d, %q", code, errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"manifests", "deployment", "--image", "reg.example/ccm:v2", "--replicas", "3", "--api-server", "127.0.0.1:6443", "--config-map", "ccm-conf", "--", "--v=3"}, &out, &errb); code != 0 {
+		t.Fatalf("deployment: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"image: reg.example/ccm:v2", "replicas: 3", "value: 127.0.0.1", "value: \"6443\"", "name: ccm-conf", "- --v=3"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("deployment lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, bad := range [][]string{{"--replicas", "0"}, {"--api-server", "localhost"}, {"--config-dir", "rel"}} {
+		errb.Reset()
+		if code := run(append([]string{"manifests", "deployment"}, bad...), &out, &errb); code != 2 || errb.Len() == 0 {
+			t.Errorf("deployment %v: exit %d, stderr %q", bad, code, errb.String())
+		}
 	}
 	if code := run([]string{"bogus"}, &out, &errb); code != 2 {
 		t.Errorf("unknown command: exit %d", code)

@@ -1,5 +1,6 @@
 // Package manifests renders the Kubernetes objects that run the CCM: the static pod for
-// control-plane nodes, the RBAC it needs and the RBAC of the worker agents. The files in packaging/kubernetes are its
+// control-plane nodes, the Deployment for clusters that prefer one, the RBAC it needs
+// and the RBAC of the worker agents. The files in packaging/kubernetes are its
 // output with default options (kept equal by a golden test).
 package manifests
 
@@ -72,7 +73,7 @@ func DefaultStaticPodOptions() StaticPodOptions {
 
 // StaticPod returns the static pod for a control-plane node: host network, priority
 // system-node-critical, only NET_ADMIN and NET_BIND_SERVICE, a read-only root
-// filesystem, and liveness/readiness on the secure port's /healthz.
+// filesystem, liveness on the secure port's /healthz and readiness on its /readyz.
 func StaticPod(o StaticPodOptions) (*v1.Pod, error) {
 	if o.Image == "" || o.Kubeconfig == "" || o.ConfigDir == "" || o.SecurePort <= 0 || o.SecurePort > 65535 {
 		return nil, fmt.Errorf("static pod needs an image, a kubeconfig path, a config dir and a secure port (got %+v)", o)
@@ -80,30 +81,18 @@ func StaticPod(o StaticPodOptions) (*v1.Pod, error) {
 	if !path.IsAbs(o.Kubeconfig) || !path.IsAbs(o.ConfigDir) {
 		return nil, fmt.Errorf("kubeconfig %q and config dir %q must be absolute host paths", o.Kubeconfig, o.ConfigDir)
 	}
-	port := strconv.Itoa(o.SecurePort)
 	args := []string{
 		"--cloud-config=" + path.Join(o.ConfigDir, "cloud-config.yaml"),
 		"--kubeconfig=" + o.Kubeconfig,
 		"--authentication-kubeconfig=" + o.Kubeconfig,
 		"--authorization-kubeconfig=" + o.Kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + port,
-		"--leader-elect=true",
-		"--configure-cloud-routes=false",
-		"--controllers=cloud-node-controller,cloud-node-lifecycle-controller",
 	}
-	args = append(args, LifecycleArgs...)
-	args = append(args, o.ExtraArgs...)
+	c := ccmContainer(o.Image, o.SecurePort, args, o.ExtraArgs)
+	c.VolumeMounts = []v1.VolumeMount{
+		{Name: "kubeconfig", MountPath: o.Kubeconfig, ReadOnly: true},
+		{Name: "config", MountPath: o.ConfigDir, ReadOnly: true},
+	}
 	hostPathFile, hostPathDir := v1.HostPathFile, v1.HostPathDirectory
-	probe := func(period, failures int32) *v1.Probe {
-		return &v1.Probe{
-			ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
-				Host: "127.0.0.1", Path: "/healthz", Port: intstr.FromInt32(int32(o.SecurePort)), Scheme: v1.URISchemeHTTPS,
-			}},
-			InitialDelaySeconds: 10, PeriodSeconds: period, TimeoutSeconds: 5, FailureThreshold: failures,
-		}
-	}
-	yes, no, root := true, false, int64(0)
 	return &v1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -114,37 +103,68 @@ func StaticPod(o StaticPodOptions) (*v1.Pod, error) {
 			HostNetwork:       true,
 			PriorityClassName: "system-node-critical",
 			SecurityContext:   &v1.PodSecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}},
-			Containers: []v1.Container{{
-				Name:    Name,
-				Image:   o.Image,
-				Command: append([]string{"/usr/bin/baremetal-cloud-controller-manager"}, args...),
-				Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
-					v1.ResourceCPU: resource.MustParse("50m"), v1.ResourceMemory: resource.MustParse("64Mi"),
-				}},
-				// Root reads the host's kubeconfig (0600 root); every capability but the
-				// two it needs is dropped.
-				SecurityContext: &v1.SecurityContext{
-					RunAsUser:                &root,
-					AllowPrivilegeEscalation: &no,
-					ReadOnlyRootFilesystem:   &yes,
-					Capabilities: &v1.Capabilities{
-						Drop: []v1.Capability{"ALL"},
-						Add:  []v1.Capability{"NET_ADMIN", "NET_BIND_SERVICE"},
-					},
-				},
-				LivenessProbe:  probe(10, 6),
-				ReadinessProbe: probe(5, 3),
-				VolumeMounts: []v1.VolumeMount{
-					{Name: "kubeconfig", MountPath: o.Kubeconfig, ReadOnly: true},
-					{Name: "config", MountPath: o.ConfigDir, ReadOnly: true},
-				},
-			}},
+			Containers:        []v1.Container{c},
 			Volumes: []v1.Volume{
 				{Name: "kubeconfig", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: o.Kubeconfig, Type: &hostPathFile}}},
 				{Name: "config", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: o.ConfigDir, Type: &hostPathDir}}},
 			},
 		},
 	}, nil
+}
+
+// ccmContainer is the CCM's container in the static pod and the Deployment: the
+// binary with args (the configuration and identity flags), then the flags every
+// packaged CCM runs with (serving on 127.0.0.1:port, leader election, the node
+// controllers, LifecycleArgs), then extra; NODE_NAME from the pod's node (the host name
+// need not be the Node's name); root with every capability dropped but NET_ADMIN and
+// NET_BIND_SERVICE, a read-only root filesystem; liveness on /healthz, readiness on
+// /readyz (ready once this replica's BGP sessions are up with its paths at the
+// routers, so a rollout that waits for readiness never leaves a prefix without a path).
+func ccmContainer(image string, port int, args, extra []string) v1.Container {
+	probe := func(path string, delay, period, failures int32) *v1.Probe {
+		return &v1.Probe{
+			ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
+				Host: "127.0.0.1", Path: path, Port: intstr.FromInt32(int32(port)), Scheme: v1.URISchemeHTTPS,
+			}},
+			InitialDelaySeconds: delay, PeriodSeconds: period, TimeoutSeconds: 5, FailureThreshold: failures,
+		}
+	}
+	command := append([]string{"/usr/bin/baremetal-cloud-controller-manager"}, args...)
+	command = append(command,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--leader-elect=true",
+		"--configure-cloud-routes=false",
+		"--controllers=cloud-node-controller,cloud-node-lifecycle-controller",
+	)
+	command = append(command, LifecycleArgs...)
+	command = append(command, extra...)
+	yes, no, root := true, false, int64(0)
+	return v1.Container{
+		Name:    Name,
+		Image:   image,
+		Command: command,
+		Env: []v1.EnvVar{{Name: "NODE_NAME", ValueFrom: &v1.EnvVarSource{
+			FieldRef: &v1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
+		}}},
+		Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+			v1.ResourceCPU: resource.MustParse("50m"), v1.ResourceMemory: resource.MustParse("64Mi"),
+		}},
+		// Root reads host files such as the kubeconfig (0600 root), and a non-root
+		// process would not keep the added capabilities; every other capability is
+		// dropped.
+		SecurityContext: &v1.SecurityContext{
+			RunAsUser:                &root,
+			AllowPrivilegeEscalation: &no,
+			ReadOnlyRootFilesystem:   &yes,
+			Capabilities: &v1.Capabilities{
+				Drop: []v1.Capability{"ALL"},
+				Add:  []v1.Capability{"NET_ADMIN", "NET_BIND_SERVICE"},
+			},
+		},
+		LivenessProbe:  probe("/healthz", 10, 10, 6),
+		ReadinessProbe: probe("/readyz", 2, 2, 3),
+	}
 }
 
 // ClusterRoleRules are the permissions of the CCM: the ClusterRole of the upstream

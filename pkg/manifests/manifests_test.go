@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in packaging/kubernetes")
@@ -191,19 +192,47 @@ func TestStaticPodOptionErrors(t *testing.T) {
 	}
 }
 
-// TestDockerfileMatchesStaticPod: the image the static pod names has the binary at the
-// path the pod runs and ipmitool. (No container engine runs in CI; this keeps the two
-// files consistent.)
-func TestDockerfileMatchesStaticPod(t *testing.T) {
-	data, err := os.ReadFile("../../packaging/Dockerfile")
+// TestImageMatchesPods: the image (packaging/image/image.yaml, which `make image` and
+// packaging/Dockerfile build) has the binary the static pod and the Deployment run as
+// its entrypoint, and ipmitool.
+func TestImageMatchesPods(t *testing.T) {
+	data, err := os.ReadFile("../../packaging/image/image.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var spec struct {
+		Config struct {
+			Entrypoint []string `json:"entrypoint"`
+		} `json:"config"`
+		Layers []struct {
+			Packages []string `json:"packages"`
+		} `json:"layers"`
+	}
+	if err := yaml.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
 	pod, _ := StaticPod(DefaultStaticPodOptions())
-	for _, want := range []string{"COPY --from=build /src/bin/baremetal-cloud-controller-manager " + pod.Spec.Containers[0].Command[0], "ipmitool"} {
-		if !strings.Contains(string(data), want) {
-			t.Errorf("packaging/Dockerfile lacks %q", want)
+	d, _ := Deployment(DefaultDeploymentOptions())
+	for _, cmd := range [][]string{pod.Spec.Containers[0].Command, d.Spec.Template.Spec.Containers[0].Command} {
+		if len(spec.Config.Entrypoint) != 1 || cmd[0] != spec.Config.Entrypoint[0] {
+			t.Errorf("the pods run %s, the image's entrypoint is %v", cmd[0], spec.Config.Entrypoint)
 		}
+	}
+	var pkgs []string
+	for _, l := range spec.Layers {
+		pkgs = append(pkgs, l.Packages...)
+	}
+	for _, want := range []string{"ipmitool", "ca-certificates"} {
+		if !slices.Contains(pkgs, want) {
+			t.Errorf("the image lacks %s", want)
+		}
+	}
+	dockerfile, err := os.ReadFile("../../packaging/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(dockerfile), `ENTRYPOINT ["`+pod.Spec.Containers[0].Command[0]+`"]`) {
+		t.Errorf("packaging/Dockerfile's ENTRYPOINT is not %s", pod.Spec.Containers[0].Command[0])
 	}
 }
 
@@ -243,8 +272,8 @@ func TestCredentialsRBAC(t *testing.T) {
 					t.Errorf("guard Role %s/%s rules = %+v", o.Namespace, o.Name, o.Rules)
 				}
 				for _, r := range o.Rules {
-					if !slices.Equal(r.Resources, []string{"configmaps"}) || (slices.Contains(r.Verbs, "get") && len(r.ResourceNames) != 1) {
-						t.Errorf("guard Role grants %+v; want configmaps only, get and update by name", r)
+					if !slices.Equal(r.Resources, []string{"configmaps"}) || (slices.Contains(r.Verbs, "get") && !slices.Equal(r.ResourceNames, []string{"baremetal-ccm-deletion-guard", "baremetal-ccm-pools"})) {
+						t.Errorf("guard Role grants %+v; want configmaps only, get and update of the guard's and the pools' by name", r)
 					}
 				}
 				continue

@@ -68,7 +68,21 @@ func newLBLabWith(t *testing.T, r tor, hosts ...host) *lbLab {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = l.cp.Client.CoreV1().Namespaces().Delete(context.Background(), l.ns, metav1.DeleteOptions{})
+		// Runs after the test's CCMs stopped: a Service still carrying the cleanup
+		// finalizer would stay Terminating with its address, and the next test's CCM
+		// would count that address as in use; and without a namespace controller in
+		// this control plane, deleting the namespace deletes nothing in it. Drop the
+		// finalizers and delete the Services, then the namespace.
+		ctx := context.Background()
+		if svcs, err := l.cp.Client.CoreV1().Services(l.ns).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, s := range svcs.Items {
+				if len(s.Finalizers) > 0 {
+					_, _ = l.cp.Client.CoreV1().Services(l.ns).Patch(ctx, s.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+				}
+				_ = l.cp.Client.CoreV1().Services(l.ns).Delete(ctx, s.Name, metav1.DeleteOptions{})
+			}
+		}
+		_ = l.cp.Client.CoreV1().Namespaces().Delete(ctx, l.ns, metav1.DeleteOptions{})
 	})
 	return l
 }
