@@ -22,8 +22,9 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build the CCM binary into bin/ (CGO_ENABLED=0, version stamped).
+build: ## Build the CCM and baremetal-ccmctl into bin/ (CGO_ENABLED=0, version stamped).
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/baremetal-cloud-controller-manager ./cmd/baremetal-cloud-controller-manager
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/baremetal-ccmctl ./cmd/baremetal-ccmctl
 
 .PHONY: deps
 deps: ## Install test dependencies (Debian packages as root; kube-apiserver built into ~/.cache/baremetal-ccm).

@@ -1,6 +1,7 @@
 #!/bin/sh
-# packages.sh [OUTDIR]: builds bin/baremetal-cloud-controller-manager (make build) and the
-# baremetal-ccm deb and rpm packages (packaging/nfpm.yaml) into OUTDIR (default dist/).
+# packages.sh [OUTDIR]: builds bin/baremetal-cloud-controller-manager and bin/baremetal-ccmctl
+# (make build) and the baremetal-ccm deb and rpm packages (packaging/nfpm.yaml) into OUTDIR
+# (default dist/).
 # Prints the two package paths on stdout, one a line (deb first); progress goes to stderr.
 #
 # The package version is derived from `git describe --tags --match 'v[0-9]*'`:
@@ -56,7 +57,7 @@ export PACKAGE_VERSION
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)
 export SOURCE_DATE_EPOCH
 
-echo "packages.sh: building the binary (make build)" >&2
+echo "packages.sh: building the binaries (make build)" >&2
 make --no-print-directory build >&2
 
 deb=$out/baremetal-ccm_${PACKAGE_VERSION}-1_amd64.deb

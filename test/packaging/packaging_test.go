@@ -46,6 +46,10 @@ const (
 	unit      = "baremetal-ccm.service"
 	agentUnit = "baremetal-ccm-agent.service"
 	binPath   = "/usr/bin/baremetal-cloud-controller-manager"
+	ctlPath   = "/usr/bin/baremetal-ccmctl"
+	// pluginPath is the kubectl plugin: a relative symlink to ctlPath.
+	pluginPath   = "/usr/bin/kubectl-baremetal"
+	pluginTarget = "baremetal-ccmctl"
 	// stub systemctl log, inside the root
 	systemctlLog = "/var/log/systemctl-stub.log"
 )
@@ -73,6 +77,7 @@ type file struct{ mode, owner string }
 // Expected contents; the systemd units and the environment files differ by format.
 var common = map[string]file{
 	binPath:                                {"-rwxr-xr-x", "root/root"},
+	ctlPath:                                {"-rwxr-xr-x", "root/root"},
 	"/etc/baremetal-ccm":                   {"drwxr-xr-x", "root/root"},
 	"/etc/baremetal-ccm/bmc":               {"drwx------", user + "/" + user},
 	"/etc/baremetal-ccm/cloud-config.yaml": {"-rw-r--r--", "root/root"},
@@ -288,14 +293,23 @@ func TestDebMetadata(t *testing.T) {
 	}
 
 	// dpkg-deb -c: "drwx------ baremetal-ccm/baremetal-ccm 0 2026-01-02 03:04 ./etc/baremetal-ccm/bmc/"
+	// A symlink: "lrwxrwxrwx root/root 0 2026-01-02 03:04 ./usr/bin/kubectl-baremetal -> baremetal-ccmctl".
 	got := map[string]file{}
+	links := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(run(t, "", "dpkg-deb", "-c", v1.deb)), "\n") {
 		f := strings.Fields(l)
-		if len(f) != 6 {
+		if !(len(f) == 6 || len(f) == 8 && f[6] == "->" && strings.HasPrefix(f[0], "l")) {
 			t.Fatalf("unexpected dpkg-deb -c line %q", l)
 		}
 		p := strings.TrimSuffix(strings.TrimPrefix(f[5], "."), "/")
+		if len(f) == 8 {
+			links[p] = f[7]
+			continue
+		}
 		got[p] = file{f[0], f[1]}
+	}
+	if want := map[string]string{pluginPath: pluginTarget}; fmt.Sprint(links) != fmt.Sprint(want) {
+		t.Errorf("symlinks: got %v, want %v", links, want)
 	}
 	// Parent directories (/etc, /usr/bin, ...) are in the tar too: only check they are
 	// plain root directories, and that nothing else is shipped.
@@ -373,14 +387,25 @@ func TestRPMMetadata(t *testing.T) {
 	}
 	// rpm lists only explicit entries: the set must match exactly.
 	got := map[string]file{}
-	for _, l := range sortedLines(q("--qf", `[%{FILEMODES:perms} %{FILEUSERNAME}/%{FILEGROUPNAME} %{FILENAMES}\n]`)) {
+	links := map[string]string{}
+	for _, l := range sortedLines(q("--qf", `[%{FILEMODES:perms} %{FILEUSERNAME}/%{FILEGROUPNAME} %{FILENAMES} %{FILELINKTOS}\n]`)) {
 		f := strings.Fields(l)
+		if len(f) == 4 {
+			links[f[2]] = f[3]
+			if !strings.HasPrefix(f[0], "l") {
+				t.Errorf("%s: mode %s with a link target %s", f[2], f[0], f[3])
+			}
+			continue
+		}
 		got[f[2]] = file{f[0], f[1]}
 	}
 	if w := want("rpm"); fmt.Sprint(got) != fmt.Sprint(w) {
 		t.Errorf("files:\n got %v\nwant %v", got, w)
 	}
-	if l := sortedLines(q("--list")); len(l) != len(want("rpm")) {
+	if want := map[string]string{pluginPath: pluginTarget}; fmt.Sprint(links) != fmt.Sprint(want) {
+		t.Errorf("symlinks: got %v, want %v", links, want)
+	}
+	if l := sortedLines(q("--list")); len(l) != len(want("rpm"))+len(links) {
 		t.Errorf("--list: %q", l)
 	}
 }
@@ -453,6 +478,8 @@ func TestDebInstallUpgradePurge(t *testing.T) {
 	dpkg("-r", "baremetal-ccm")
 	checkSystemctl(t, root, "remove", "stop "+bothUnits, "daemon-reload")
 	checkAbsent(t, root, binPath)
+	checkAbsent(t, root, ctlPath)
+	checkAbsent(t, root, pluginPath)
 	for _, u := range units {
 		checkAbsent(t, root, unitPath("deb", u))
 	}
@@ -512,6 +539,8 @@ func TestRPMInstallUpgradeErase(t *testing.T) {
 	rpm("-e", "baremetal-ccm")
 	checkSystemctl(t, root, "erase", "stop "+bothUnits, "--no-reload disable "+bothUnits, "daemon-reload")
 	checkAbsent(t, root, binPath)
+	checkAbsent(t, root, ctlPath)
+	checkAbsent(t, root, pluginPath)
 	for _, u := range units {
 		checkAbsent(t, root, unitPath("rpm", u))
 	}
@@ -556,6 +585,15 @@ func checkInstalled(t *testing.T, root, format string) {
 	}
 	for p, src := range sources(format) {
 		checkContent(t, root, p, string(shipped[src]))
+	}
+	// The tool runs in the target system, under its own name and as the kubectl plugin.
+	if l, err := os.Readlink(filepath.Join(root, pluginPath)); err != nil || l != pluginTarget {
+		t.Errorf("%s: link to %q (%v), want %q", pluginPath, l, err, pluginTarget)
+	}
+	for _, p := range []string{ctlPath, pluginPath} {
+		if out := chroot(t, root, p, "version"); !strings.HasPrefix(out, "baremetal-ccmctl ") {
+			t.Errorf("%s version: %q", p, out)
+		}
 	}
 	for _, u := range units {
 		if m, _ := filepath.Glob(filepath.Join(root, "/etc/systemd/system/*.wants", u)); len(m) > 0 {
