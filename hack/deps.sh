@@ -32,6 +32,7 @@ command -v bird >/dev/null 2>&1 || need+=(bird2)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 { [ -x /usr/lib/frr/bgpd ] && [ -x /usr/lib/frr/bfdd ] && command -v vtysh >/dev/null 2>&1; } || need+=(frr)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v podman >/dev/null 2>&1 || need+=(podman)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]}; run as root: apt-get update && apt-get install -y --no-install-recommends ${need[*]}" >&2
