@@ -26,7 +26,8 @@ import (
 )
 
 const agentUsage = `usage: baremetal-cloud-controller-manager agent --cloud-config=FILE [--kubeconfig=FILE] [--node-name=NAME]
-       [--bgp-password-file=[PEER=]FILE]... [--bgp-router-id=IPV4] [--v=N]
+       [--bgp-password-file=[PEER=]FILE]... [--bgp-router-id=IPV4]
+       [--serving-address=HOST:PORT] [--v=N]
 
 Runs only the host-local agent, for worker hosts: it mirrors every Node's pod-CIDR
 routes into this host's kernel (routes section) and, with a bgp section, announces
@@ -37,7 +38,9 @@ nor any BMC or inventory credential: the CCM publishes this host's rack BGP peer
 router ID on its Node (annotation baremetal-ccm.io/bgp-host), and TCP-MD5 passwords
 come from this host's --bgp-password-file, re-read on every pass (a rotated password
 applies without a restart). It needs only the agent role (baremetal-ccmctl manifests
-agent-rbac). Without --kubeconfig it uses the in-cluster configuration.
+agent-rbac). Without --kubeconfig it uses the in-cluster configuration. It serves
+/metrics, /healthz and /readyz over plain HTTP on --serving-address (loopback by
+default; empty serves nothing).
 `
 
 // runAgentMode runs the agent alone until SIGTERM or SIGINT and returns the exit code.
@@ -53,6 +56,7 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	}
 	nodeName := fs.String("node-name", def, "name of this host's Node (default: $NODE_NAME, else the host name)")
 	routerID := fs.String("bgp-router-id", "", "BGP router ID of this host (default: the one the CCM publishes on its Node)")
+	serving := fs.String("serving-address", defaultAgentServingAddress, "HOST:PORT to serve /metrics, /healthz and /readyz on, plain HTTP without authentication (empty: serve nothing)")
 	var passwordFiles stringList
 	fs.Var(&passwordFiles, "bgp-password-file", "TCP-MD5 password file for every rack peer that expects one (FILE), or for one peer (PEER-ADDRESS=FILE); repeatable")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -103,6 +107,19 @@ func runAgentMode(args []string, stderr io.Writer) int {
 			return fail(fmt.Errorf("routes: %w", err))
 		}
 	}
+	// Bound before anything starts, so a taken port fails the start with its cause.
+	var a *agent.Agent
+	var nodes cache.SharedIndexInformer
+	ready := func(ctx context.Context) (bool, string) {
+		if !nodes.HasSynced() {
+			return false, "informers not synced yet"
+		}
+		return a.Ready(ctx)
+	}
+	srv, err := listenAgent(*serving, ready)
+	if err != nil {
+		return fail(err)
+	}
 	rest, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		return fail(fmt.Errorf("--kubeconfig: %w", err))
@@ -119,10 +136,13 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-stop; cancel() }()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object))
-	nodes := factory.Core().V1().Nodes().Informer()
+	nodes = factory.Core().V1().Nodes().Informer()
 	a, done, err := runAgent(ctx, client, factory, d, *nodeName)
 	if err != nil {
 		return fail(err)
+	}
+	if srv != nil {
+		go srv.Serve(ctx)
 	}
 	go func() {
 		// READY=1 once the informers synced and the agent applies everything: its
@@ -132,7 +152,7 @@ func runAgentMode(args []string, stderr io.Writer) int {
 			return
 		}
 		if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			ok, _ := a.Ready(ctx)
+			ok, _ := ready(ctx)
 			return ok, nil
 		}); err != nil {
 			return

@@ -172,6 +172,43 @@ hosts:
 	waitFrom(netip.MustParsePrefix("10.244.60.0/24"), 0)
 	waitFrom(netip.MustParsePrefix("10.244.61.0/24"), 1)
 
+	// What a worker's agent serves on its loopback (the default --serving-address):
+	// ready (once its paths are acknowledged; BIRD may show them a moment earlier), and
+	// metrics that show its session and its one pod-CIDR path.
+	for i, w := range workers {
+		get := func(ctx context.Context, path string) (string, error) {
+			// -w appends the status code: a 503 keeps its body (the reason).
+			out, err := w.Exec(ctx, "curl", "-sS", "--max-time", "10", "-w", " HTTP %{http_code}", "http://127.0.0.1:10268"+path)
+			return strings.TrimSpace(out), err
+		}
+		var last string
+		if err := framework.WaitFor(ctx, 30*time.Second, fmt.Sprintf("worker %d's agent /readyz", i), func(ctx context.Context) (bool, error) {
+			var err error
+			last, err = get(ctx, "/readyz")
+			return err == nil && last == "ok HTTP 200", nil
+		}); err != nil {
+			t.Fatalf("%v; last answer: %q", err, last)
+		}
+		want := []string{
+			fmt.Sprintf("baremetal_ccm_bgp_session_up{peer=%q} 1", r.RouterV4.String()),
+			fmt.Sprintf("baremetal_ccm_bgp_prefixes_announced{family=\"ipv4\",peer=%q} 1", r.RouterV4.String()),
+			`baremetal_ccm_bgp_paths{source="podcidr"} 1`,
+		}
+		var missing []string
+		if err := framework.WaitFor(ctx, 30*time.Second, fmt.Sprintf("worker %d's agent /metrics", i), func(ctx context.Context) (bool, error) {
+			out, err := get(ctx, "/metrics")
+			if err != nil || !strings.HasSuffix(out, " HTTP 200") {
+				missing = []string{fmt.Sprintf("the scrape: %v %.200s", err, out)}
+				return false, nil
+			}
+			lines := strings.Split(out, "\n")
+			missing = slices.DeleteFunc(slices.Clone(want), func(l string) bool { return slices.Contains(lines, l) })
+			return len(missing) == 0, nil
+		}); err != nil {
+			t.Errorf("%v; missing: %q", err, missing)
+		}
+	}
+
 	// A Cluster Service: both workers take its traffic. A Local one with its only
 	// endpoint on worker 0: worker 0 alone.
 	createSvc := func(name string, policy v1.ServiceExternalTrafficPolicy) netip.Addr {
