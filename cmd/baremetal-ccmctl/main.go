@@ -5,6 +5,7 @@
 //	baremetal-ccmctl manifests rbac
 //	baremetal-ccmctl manifests rbac-metallb [--namespace NS]
 //	baremetal-ccmctl manifests agent-rbac
+//	baremetal-ccmctl manifests agent-daemonset [--image I] [--config-map NAME] [--config-dir D] [--host-dir D] [--serving-port N] [--api-server [HOST]:PORT] [-- extra agent args]
 //	baremetal-ccmctl agent kubeconfig --node NAME --ca-cert F --ca-key F --server URL [--ca-bundle F] [--tls-server-name N] [--validity D] [--out F]
 //	baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] [--bmc-ca-file F] [--kubeconfig F] HOST
 //	baremetal-ccmctl explain [--kubeconfig F] [-n NS] svc/NAME | node/NAME | host/NAME
@@ -37,6 +38,11 @@ const usage = `usage:
       print the Role and RoleBinding the metallb announcer needs in MetalLB's namespace
   baremetal-ccmctl manifests agent-rbac
       print the worker agents' ServiceAccount, ClusterRole and binding (kubectl apply -f -)
+  baremetal-ccmctl manifests agent-daemonset [flags] [-- extra agent arguments]
+      print the worker agent as a DaemonSet on every Node but the control plane's
+      (kubectl apply -f -), for clusters that prefer one to the agent's systemd unit;
+      its CloudConfig comes from a ConfigMap, the host's own files (a TCP-MD5 password)
+      from the host's /etc/baremetal-ccm, seen at /host/etc/baremetal-ccm
   baremetal-ccmctl agent kubeconfig --node NAME --ca-cert F --ca-key F --server URL
         [--ca-bundle F] [--tls-server-name N] [--validity D] [--out F]
       write a kubeconfig for NAME's agent: a new key and a client certificate signed by
@@ -105,6 +111,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return emit(stdout, stderr, pod)
 	case len(args) >= 2 && args[0] == "manifests" && args[1] == "deployment":
 		return deploymentCmd(args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "manifests" && args[1] == "agent-daemonset":
+		return agentDaemonSetCmd(args[2:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return 2
@@ -140,6 +148,28 @@ func deploymentCmd(args []string, stdout, stderr io.Writer) int {
 	o.Replicas = int32(*replicas)
 	o.ExtraArgs = fs.Args()
 	d, err := manifests.Deployment(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
+		return 2
+	}
+	return emit(stdout, stderr, d)
+}
+
+func agentDaemonSetCmd(args []string, stdout, stderr io.Writer) int {
+	o := manifests.DefaultAgentDaemonSetOptions()
+	fs := flag.NewFlagSet("agent-daemonset", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Image, "image", o.Image, "CCM image (the agent is its agent mode)")
+	fs.StringVar(&o.ConfigMap, "config-map", o.ConfigMap, "ConfigMap in kube-system with the agents' cloud-config.yaml (bgp, routes, loadBalancer.pools; no inventory)")
+	fs.StringVar(&o.ConfigDir, "config-dir", o.ConfigDir, "where the ConfigMap is mounted")
+	fs.StringVar(&o.HostDir, "host-dir", o.HostDir, "each host's directory of its own files (a TCP-MD5 password), mounted read-only at /host<dir>; empty: none")
+	fs.IntVar(&o.ServingPort, "serving-port", o.ServingPort, "port of /metrics, /healthz and /readyz on the node's 127.0.0.1")
+	fs.StringVar(&o.APIServer, "api-server", o.APIServer, "HOST:PORT of the API server to use instead of the kubernetes Service (no kube-proxy needed; its certificate must name HOST); :PORT is the node's own at the node's address")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o.ExtraArgs = fs.Args()
+	d, err := manifests.AgentDaemonSet(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
 		return 2

@@ -2,9 +2,7 @@ package manifests
 
 import (
 	"fmt"
-	"net"
 	"path"
-	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
@@ -82,18 +80,11 @@ func Deployment(o DeploymentOptions) (*appsv1.Deployment, error) {
 	}
 	c := ccmContainer(o.Image, o.SecurePort, []string{"--cloud-config=" + path.Join(o.ConfigDir, "cloud-config.yaml")}, o.ExtraArgs)
 	if o.APIServer != "" {
-		host, port, err := net.SplitHostPort(o.APIServer)
-		if p, perr := strconv.Atoi(port); err != nil || perr != nil || p <= 0 || p > 65535 {
-			return nil, fmt.Errorf("API server %q: want host:port, or :port for the node's own", o.APIServer)
+		env, err := apiServerEnv(o.APIServer)
+		if err != nil {
+			return nil, err
 		}
-		// The in-cluster configuration reads these (they override the Service's).
-		hostVar := v1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host}
-		if host == "" {
-			hostVar = v1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", ValueFrom: &v1.EnvVarSource{
-				FieldRef: &v1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.hostIP"},
-			}}
-		}
-		c.Env = append(c.Env, hostVar, v1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
+		c.Env = append(c.Env, env...)
 	}
 	c.Ports = []v1.ContainerPort{{Name: "https", ContainerPort: int32(o.SecurePort), Protocol: v1.ProtocolTCP}}
 	c.VolumeMounts = []v1.VolumeMount{{Name: "config", MountPath: o.ConfigDir, ReadOnly: true}}

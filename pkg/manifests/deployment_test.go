@@ -146,3 +146,111 @@ func TestDeploymentOptionErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestAgentDaemonSetGolden(t *testing.T) {
+	d, err := AgentDaemonSet(DefaultAgentDaemonSetOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := YAML(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "../../packaging/kubernetes/agent-daemonset.yaml", append([]byte(strings.Replace(header, "%s", "agent-daemonset", 1)), data...))
+}
+
+// TestAgentDaemonSetShape: the agent on every Node but the control plane's, on the host
+// network, as the agents' ServiceAccount, with the CCM's container restrictions and
+// probes on its own serving address.
+func TestAgentDaemonSetShape(t *testing.T) {
+	o := DefaultAgentDaemonSetOptions()
+	o.APIServer = ":6443"
+	o.ExtraArgs = []string{"--bgp-password-file=/host/etc/baremetal-ccm/bgp-password"}
+	d, err := AgentDaemonSet(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := d.Spec.Template.Spec
+	if !labels.SelectorFromSet(d.Spec.Selector.MatchLabels).Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("selector %v does not select the template's labels %v", d.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
+	}
+	if labels.SelectorFromSet(deploymentLabels()).Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Error("the CCM Deployment's selector selects the agents' pods")
+	}
+	if !spec.HostNetwork || spec.ServiceAccountName != AgentServiceAccount || spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("hostNetwork %v, serviceAccount %q, priority %q", spec.HostNetwork, spec.ServiceAccountName, spec.PriorityClassName)
+	}
+	// Not on control-plane Nodes (the CCM's agent is there), on every other.
+	terms := spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || len(terms[0].MatchExpressions) != 1 || terms[0].MatchExpressions[0].Key != LabelControlPlane || terms[0].MatchExpressions[0].Operator != v1.NodeSelectorOpDoesNotExist {
+		t.Errorf("node affinity %+v, want only: no control-plane label", terms)
+	}
+	for _, taint := range []v1.Taint{
+		{Key: TaintUninitialized, Value: "true", Effect: v1.TaintEffectNoSchedule},
+		{Key: TaintNotReady, Effect: v1.TaintEffectNoExecute},
+		{Key: "node.kubernetes.io/unschedulable", Effect: v1.TaintEffectNoSchedule},
+		{Key: "example.com/dedicated", Value: "db", Effect: v1.TaintEffectNoSchedule},
+	} {
+		if !slices.ContainsFunc(spec.Tolerations, func(tol v1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
+			t.Errorf("taint %s:%s is not tolerated: every worker needs its routes", taint.Key, taint.Effect)
+		}
+	}
+	c := spec.Containers[0]
+	pod, _ := StaticPod(DefaultStaticPodOptions())
+	sc := pod.Spec.Containers[0]
+	if c.Image != o.Image || !slices.Equal(c.SecurityContext.Capabilities.Add, sc.SecurityContext.Capabilities.Add) ||
+		!slices.Equal(c.SecurityContext.Capabilities.Drop, sc.SecurityContext.Capabilities.Drop) ||
+		!*c.SecurityContext.ReadOnlyRootFilesystem || *c.SecurityContext.AllowPrivilegeEscalation {
+		t.Errorf("container restrictions differ from the static pod's: %+v", c.SecurityContext)
+	}
+	if !slices.Equal(c.Command[:4], []string{"/usr/bin/baremetal-cloud-controller-manager", "agent", "--cloud-config=/etc/baremetal-ccm/cloud-config.yaml", "--serving-address=127.0.0.1:10268"}) ||
+		c.Command[len(c.Command)-1] != o.ExtraArgs[0] {
+		t.Errorf("command %q", c.Command)
+	}
+	for _, p := range []*v1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		if g := p.HTTPGet; g.Host != "127.0.0.1" || g.Port.IntValue() != 10268 || g.Scheme != v1.URISchemeHTTP {
+			t.Errorf("probe %+v: want HTTP on 127.0.0.1:10268, where the agent serves", g)
+		}
+	}
+	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("probes %s / %s", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
+	}
+	env := map[string]v1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if env["NODE_NAME"].ValueFrom.FieldRef.FieldPath != "spec.nodeName" || env["KUBERNETES_SERVICE_HOST"].ValueFrom.FieldRef.FieldPath != "status.hostIP" || env["KUBERNETES_SERVICE_PORT"].Value != "6443" {
+		t.Errorf("env %+v", c.Env)
+	}
+	mounts := map[string]v1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m
+		if !m.ReadOnly {
+			t.Errorf("mount %s is writable", m.Name)
+		}
+	}
+	if mounts["config"].MountPath != "/etc/baremetal-ccm" || mounts["host"].MountPath != "/host/etc/baremetal-ccm" {
+		t.Errorf("mounts %+v", c.VolumeMounts)
+	}
+	for _, v := range spec.Volumes {
+		if v.Name == "host" && (v.HostPath == nil || v.HostPath.Path != "/etc/baremetal-ccm") {
+			t.Errorf("host volume %+v", v)
+		}
+	}
+
+	for _, bad := range []func(*AgentDaemonSetOptions){
+		func(o *AgentDaemonSetOptions) { o.Image = "" },
+		func(o *AgentDaemonSetOptions) { o.ServingPort = 70000 },
+		func(o *AgentDaemonSetOptions) { o.ConfigDir = "etc" },
+		func(o *AgentDaemonSetOptions) { o.ConfigMap = "Bad_Name" },
+		func(o *AgentDaemonSetOptions) { o.ConfigDir = "/host/etc/baremetal-ccm/x" },
+		func(o *AgentDaemonSetOptions) { o.ConfigDir = "/host" },
+		func(o *AgentDaemonSetOptions) { o.APIServer = "6443" },
+	} {
+		o := DefaultAgentDaemonSetOptions()
+		bad(&o)
+		if _, err := AgentDaemonSet(o); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+}

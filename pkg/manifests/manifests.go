@@ -6,6 +6,7 @@ package manifests
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"path"
 	"strconv"
@@ -120,6 +121,24 @@ func StaticPod(o StaticPodOptions) (*v1.Pod, error) {
 // NET_BIND_SERVICE, a read-only root filesystem; liveness on /healthz, readiness on
 // /readyz (ready once this replica's BGP sessions are up with its paths at the
 // routers, so a rollout that waits for readiness never leaves a prefix without a path).
+// restricted is the security context of the CCM's and the agent's containers: root,
+// because root reads host files such as a 0600 kubeconfig or password and a non-root
+// process would not keep the added capabilities, with only NET_ADMIN (routes, TCP-MD5)
+// and NET_BIND_SERVICE (BGP's port 179); every other capability is dropped, the root
+// filesystem is read-only and privileges cannot be escalated.
+func restricted() *v1.SecurityContext {
+	yes, no, root := true, false, int64(0)
+	return &v1.SecurityContext{
+		RunAsUser:                &root,
+		AllowPrivilegeEscalation: &no,
+		ReadOnlyRootFilesystem:   &yes,
+		Capabilities: &v1.Capabilities{
+			Drop: []v1.Capability{"ALL"},
+			Add:  []v1.Capability{"NET_ADMIN", "NET_BIND_SERVICE"},
+		},
+	}
+}
+
 func ccmContainer(image string, port int, args, extra []string) v1.Container {
 	probe := func(path string, delay, period, failures int32) *v1.Probe {
 		return &v1.Probe{
@@ -139,7 +158,6 @@ func ccmContainer(image string, port int, args, extra []string) v1.Container {
 	)
 	command = append(command, LifecycleArgs...)
 	command = append(command, extra...)
-	yes, no, root := true, false, int64(0)
 	return v1.Container{
 		Name:    Name,
 		Image:   image,
@@ -150,20 +168,9 @@ func ccmContainer(image string, port int, args, extra []string) v1.Container {
 		Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
 			v1.ResourceCPU: resource.MustParse("50m"), v1.ResourceMemory: resource.MustParse("64Mi"),
 		}},
-		// Root reads host files such as the kubeconfig (0600 root), and a non-root
-		// process would not keep the added capabilities; every other capability is
-		// dropped.
-		SecurityContext: &v1.SecurityContext{
-			RunAsUser:                &root,
-			AllowPrivilegeEscalation: &no,
-			ReadOnlyRootFilesystem:   &yes,
-			Capabilities: &v1.Capabilities{
-				Drop: []v1.Capability{"ALL"},
-				Add:  []v1.Capability{"NET_ADMIN", "NET_BIND_SERVICE"},
-			},
-		},
-		LivenessProbe:  probe("/healthz", 10, 10, 6),
-		ReadinessProbe: probe("/readyz", 2, 2, 3),
+		SecurityContext: restricted(),
+		LivenessProbe:   probe("/healthz", 10, 10, 6),
+		ReadinessProbe:  probe("/readyz", 2, 2, 3),
 	}
 }
 
@@ -366,7 +373,18 @@ func AgentRBAC() []any {
 func YAML(objs ...any) ([]byte, error) {
 	var b bytes.Buffer
 	for i, o := range objs {
-		data, err := yaml.Marshal(o)
+		// Through a map, to leave out the status (a DaemonSet's has fields that are
+		// not omitted when empty); the keys come out sorted either way.
+		j, err := json.Marshal(o)
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(j, &m); err != nil {
+			return nil, err
+		}
+		delete(m, "status")
+		data, err := yaml.Marshal(m)
 		if err != nil {
 			return nil, err
 		}

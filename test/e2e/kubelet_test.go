@@ -22,6 +22,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
@@ -339,6 +340,11 @@ bgp:
 // and control-plane: the pod runs as the packaged ServiceAccount (a bound token) with its
 // configuration from a ConfigMap, and initializes the Node. The second replica stays
 // Pending: one per node (the secure port on the host, and the pod anti-affinity).
+//
+// Then `baremetal-ccmctl manifests agent-daemonset` with a second, worker kubelet: the
+// agent's pod runs on the worker only (none on the control-plane Node), as the agents'
+// ServiceAccount with the CCM's container restrictions, is Ready by its /readyz, and
+// mirrors the control-plane Node's pod CIDR into the worker's kernel.
 func TestKubeletDeployment(t *testing.T) {
 	lab := framework.NewKubeLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -348,9 +354,10 @@ func TestKubeletDeployment(t *testing.T) {
 		Name: "kl-dp-1", Images: []framework.Image{img},
 		RegisterWithTaints: []string{manifests.LabelControlPlane + ":NoSchedule"},
 	})
-	lab.StartControllerManager(t, "deployment,replicaset,root-ca-cert-publisher,node-lifecycle-controller,taint-eviction-controller")
+	worker := lab.NewKubeNode(t, framework.KubeNodeOptions{Name: "kl-dp-w1", Images: []framework.Image{img}})
+	lab.StartControllerManager(t, "deployment,replicaset,daemonset,root-ca-cert-publisher,node-lifecycle-controller,taint-eviction-controller")
 	lab.StartScheduler(t)
-	site := newCCMSite(t, t.TempDir(), nil, node)
+	site := newCCMSite(t, t.TempDir(), nil, node, worker)
 	const configDir = "/etc/baremetal-ccm"
 	cm := &v1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: manifests.DefaultDeploymentOptions().ConfigMap, Namespace: manifests.Namespace},
@@ -386,30 +393,7 @@ func TestKubeletDeployment(t *testing.T) {
 	}
 
 	selector := "app.kubernetes.io/name=baremetal-ccm,app.kubernetes.io/component=cloud-controller-manager"
-	var running *v1.Pod
-	var bound time.Time // when a replica was first seen bound to the node
-	err = framework.WaitFor(ctx, 4*time.Minute, "a replica Ready on "+node.Name, func(ctx context.Context) (bool, error) {
-		pods, err := lab.CP.Client.CoreV1().Pods(manifests.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return false, err
-		}
-		var states []string
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			states = append(states, fmt.Sprintf("%s on %q: %s %s", p.Name, p.Spec.NodeName, p.Status.Phase, podConditions(p)))
-			if p.Spec.NodeName == node.Name && bound.IsZero() {
-				bound = time.Now()
-			}
-			if p.Spec.NodeName == node.Name && podReady(p) {
-				running = p
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("pods: %s", strings.Join(states, "; "))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	running, bound := waitPodReadyOn(ctx, t, lab, selector, node)
 	t.Logf("TIMING kubelet start to Deployment pod Ready: %s", time.Since(node.KubeletStarted).Round(100*time.Millisecond))
 	if running.Spec.ServiceAccountName != manifests.ServiceAccount || !running.Spec.HostNetwork {
 		t.Errorf("pod runs as %q, hostNetwork %v", running.Spec.ServiceAccountName, running.Spec.HostNetwork)
@@ -459,6 +443,121 @@ func TestKubeletDeployment(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
+
+	step(t, "agent DaemonSet", func(t *testing.T) {
+		checkAgentDaemonSet(ctx, t, lab, img, node, worker)
+	})
+}
+
+// checkAgentDaemonSet applies the agents' RBAC, a ConfigMap with their CloudConfig and
+// the packaged DaemonSet, starts the worker's kubelet, and checks the agent's pod on it.
+func checkAgentDaemonSet(ctx context.Context, t *testing.T, lab *framework.KubeLab, img framework.Image, cpNode, worker *framework.KubeNode) {
+	// The control-plane Node's pod CIDR, which the worker's agent mirrors (no IPAM
+	// controller runs here).
+	const podCIDR = "10.88.7.0/24"
+	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, podCIDR, podCIDR)
+	if _, err := lab.CP.Client.CoreV1().Nodes().Patch(ctx, cpNode.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.ApplyAgentRBAC(ctx, lab.CP); err != nil {
+		t.Fatal(err)
+	}
+	o := manifests.DefaultAgentDaemonSetOptions()
+	cm := &v1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: o.ConfigMap, Namespace: manifests.Namespace},
+		// No inventory, no credentials: routes into the host's kernel, a table of
+		// their own.
+		Data: map[string]string{"cloud-config.yaml": "apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\nroutes: {table: 201}\n"},
+	}
+	if _, err := lab.CP.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := framework.DecodeManifests(ctl(t, lab, "manifests", "agent-daemonset", "--image", img.Ref, "--api-server", "127.0.0.1:6443", "--", "--v=2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, ok := objs[0].(*appsv1.DaemonSet)
+	if len(objs) != 1 || !ok {
+		t.Fatalf("manifests agent-daemonset printed %d objects, the first a %T", len(objs), objs[0])
+	}
+	if _, err := lab.CP.Client.AppsV1().DaemonSets(manifests.Namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The lab's nodes each sit on a /30 of their own; a rack shares one subnet. Make
+	// the control-plane Node's address on-link for the worker, as it would be there
+	// (else the mirror rightly leaves the route to the fabric).
+	if out, err := worker.Exec(ctx, "ip", "route", "add", cpNode.IP.String()+"/32", "dev", "uplink", "scope", "link"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+
+	rec := framework.RecordNodes(t, lab.CP.Client)
+	worker.StartKubelet()
+	pod, _ := waitPodReadyOn(ctx, t, lab, labels.SelectorFromSet(ds.Spec.Selector.MatchLabels).String(), worker)
+	t.Logf("TIMING kubelet start to agent pod Ready: %s", time.Since(worker.KubeletStarted).Round(100*time.Millisecond))
+	if pod.Spec.ServiceAccountName != manifests.AgentServiceAccount || !pod.Spec.HostNetwork {
+		t.Errorf("agent pod runs as %q, hostNetwork %v", pod.Spec.ServiceAccountName, pod.Spec.HostNetwork)
+	}
+	checkContainer(ctx, t, worker, pod, img)
+	registered, initialized := waitInitializedNode(ctx, t, rec, worker)
+	t.Logf("TIMING %s registered to initialized: %s", worker.Name, initialized.At.Sub(registered.At).Round(10*time.Millisecond))
+
+	// The agent's work: the control-plane Node's pod CIDR via its address, in the
+	// worker's own kernel.
+	want := podCIDR + " via " + cpNode.IP.String()
+	var routes string
+	err = framework.WaitFor(ctx, time.Minute, "the pod CIDR route in "+worker.Name+"'s kernel", func(ctx context.Context) (bool, error) {
+		routes, err = worker.Exec(ctx, "ip", "route", "show", "table", "201")
+		return err == nil && strings.Contains(routes, want), nil
+	})
+	if err != nil {
+		t.Errorf("%v; table 201: %q; the agent's log:\n%s", err, routes, tailLines(podLog(t, worker, pod), 40))
+	}
+	// One pod, on the worker: none on the control-plane Node, where the CCM runs the
+	// agent itself.
+	got, err := lab.CP.Client.AppsV1().DaemonSets(manifests.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.DesiredNumberScheduled != 1 || got.Status.NumberReady != 1 {
+		t.Errorf("DaemonSet status %+v, want one pod (the worker's), ready", got.Status)
+	}
+	log := podLog(t, worker, pod)
+	checkNoDenials(t, "the agent", log)
+	if !strings.Contains(log, "Serving /metrics, /healthz and /readyz") {
+		t.Errorf("the agent's log does not say where it serves:\n%s", tailLines(log, 20))
+	}
+}
+
+// waitPodReadyOn waits until a pod in kube-system matching selector is Ready on kn, and
+// returns it and when a matching pod was first seen bound to kn.
+func waitPodReadyOn(ctx context.Context, t *testing.T, lab *framework.KubeLab, selector string, kn *framework.KubeNode) (*v1.Pod, time.Time) {
+	t.Helper()
+	var ready *v1.Pod
+	var bound time.Time
+	err := framework.WaitFor(ctx, 4*time.Minute, "a pod of "+selector+" Ready on "+kn.Name, func(ctx context.Context) (bool, error) {
+		pods, err := lab.CP.Client.CoreV1().Pods(manifests.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		var states []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			states = append(states, fmt.Sprintf("%s on %q: %s %s", p.Name, p.Spec.NodeName, p.Status.Phase, podConditions(p)))
+			if p.Spec.NodeName == kn.Name && bound.IsZero() {
+				bound = time.Now()
+			}
+			if p.Spec.NodeName == kn.Name && podReady(p) {
+				ready = p
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("pods: %s", strings.Join(states, "; "))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ready, bound
 }
 
 // step runs a subtest and stops the test when it fails: later steps build on it.
@@ -724,7 +823,7 @@ func podLog(t *testing.T, kn *framework.KubeNode, pod *v1.Pod) string {
 	if m := pod.Annotations["kubernetes.io/config.mirror"]; m != "" {
 		uid = m // a static pod's own UID
 	}
-	log, err := kn.ContainerLog(pod.Namespace, pod.Name, uid, manifests.Name)
+	log, err := kn.ContainerLog(pod.Namespace, pod.Name, uid, pod.Spec.Containers[0].Name)
 	if err != nil {
 		t.Fatal(err)
 	}
