@@ -363,6 +363,8 @@ func (a *Agent) Ready(ctx context.Context) (bool, string) {
 		switch {
 		case ready && why != "":
 			logger.Info("Warning: reporting ready without every BGP session", "reason", why)
+		case ready && sp == nil:
+			logger.Info("Ready: informers synced and the first pass applied (no BGP speaker)")
 		case ready:
 			logger.Info("Ready: every BGP session is up and this host's paths are at the routers")
 		default:
