@@ -31,23 +31,11 @@ W=$(realpath -m "$2")
 ROUTER_ASN=65001
 SPEAKER_ASN=65000
 
-# birdpid: the recorded BIRD PID if that process still runs with our config. A process
-# being started (inside execve) can show an empty command line for a moment: while it
-# exists, look again for up to half a second.
-birdpid() {
-  local p i
-  p=$(cat "$W/bird.pid" 2>/dev/null) || return 1
-  [ -n "$p" ] || return 1
-  for i in 1 2 3 4 5 6 7 8 9 10; do
-    [ -e "/proc/$p" ] || return 1
-    if tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -qF -- "$W/bird.conf"; then
-      echo "$p"
-      return 0
-    fi
-    sleep 0.05
-  done
-  return 1
-}
+# shellcheck source=pid.sh
+. "$(dirname "$(realpath "$0")")/pid.sh"
+
+# birdpid: the recorded BIRD PID if that process still runs with our config.
+birdpid() { recorded_pid "$W/bird.pid" "$W/bird.conf"; }
 
 down() {
   local p

@@ -27,24 +27,12 @@ W=$(realpath -m "$2")
 self=$(realpath "$0")
 root=$(cd "$(dirname "$self")/../.." && pwd)
 
+# shellcheck source=pid.sh
+. "$(dirname "$self")/pid.sh"
+
 # alive PIDFILE: prints the recorded PID if that process still runs with WORKDIR in its
-# command line (so a recycled PID is never touched). A process that is just being
-# started (between fork and exec, or inside execve) can show another or an empty
-# command line for a moment: while it exists, look again for up to half a second.
-alive() {
-  local p i
-  p=$(cat "$1" 2>/dev/null) || return 1
-  [ -n "$p" ] || return 1
-  for i in 1 2 3 4 5 6 7 8 9 10; do
-    [ -e "/proc/$p" ] || return 1
-    if tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -qF -- "$W"; then
-      echo "$p"
-      return 0
-    fi
-    sleep 0.05
-  done
-  return 1
-}
+# command line (recorded_pid).
+alive() { recorded_pid "$1" "$W"; }
 
 # stop NAME: TERM the recorded process, KILL it after 10 s, wait until it is gone.
 stop() {

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -14,9 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -113,55 +110,7 @@ func (h *Host) startProxy(t testing.TB, cp *ControlPlane) {
 	if err != nil {
 		t.Fatalf("NewHost: proxy: %v", err)
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	conns := map[net.Conn]bool{}
-	track := func(c net.Conn, add bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if add {
-			conns[c] = true
-		} else {
-			delete(conns, c)
-		}
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				up, err := net.DialTimeout("tcp", api.Host, 5*time.Second)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				track(c, true)
-				track(up, true)
-				defer track(c, false)
-				defer track(up, false)
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-				<-done
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
+	serveTCPProxy(t, ln, api.Host)
 
 	h.proxyAddr, h.serverName = ln.Addr().String(), api.Hostname()
 	h.Kubeconfig = h.KubeconfigFor(t, CCMKubeconfig())
