@@ -126,10 +126,13 @@ const (
 	// (Protocol, Channel, Prefix; Detail is BIRD's qualifier such as "[sole]").
 	EventRouteAdded   EventKind = "route-added"
 	EventRouteRemoved EventKind = "route-removed"
+	// EventNotification: a BGP protocol received a NOTIFICATION or sent one
+	// (Protocol, Notification; LogEvents sets Peer to the speaker's address).
+	EventNotification EventKind = "notification"
 )
 
-// Event is one router-side event with BIRD's own timestamp (microseconds, the
-// machine's local time zone).
+// Event is one router-side event with BIRD's own timestamp (microseconds with
+// Options.EventLog, else milliseconds; the machine's local time zone).
 type Event struct {
 	Time     time.Time
 	Kind     EventKind
@@ -139,21 +142,53 @@ type Event struct {
 	From, To string
 	Prefix   netip.Prefix
 	Detail   string
-	Line     string
+	// Notification is set for EventNotification.
+	Notification *Notification
+	Line         string
 }
 
-// logTimeLayout is the log time format eventLogConfig sets ("%F %T.%6f").
+// logTimeLayout is the log time format eventLogConfig sets ("%F %T.%6f"); BIRD's
+// default has milliseconds ("%F %T.%3f").
 const logTimeLayout = "2006-01-02 15:04:05.000000"
 
 // LogEvents returns the BFD session state changes, BGP protocols' "BFD session
-// down", protocol state changes and route changes logged at or after since, in log
-// order. It needs Options.EventLog.
+// down", protocol state changes, route changes and NOTIFICATIONs logged at or
+// after since, in log order. All but the NOTIFICATIONs need Options.EventLog,
+// which also gives the timestamps microseconds instead of milliseconds.
 func (r *Router) LogEvents(since time.Time) ([]Event, error) {
 	b, err := os.ReadFile(filepath.Join(r.dir, "bird.log"))
 	if err != nil {
 		return nil, err
 	}
-	return parseLog(string(b), since), nil
+	evs := parseLog(string(b), since)
+	for i, e := range evs {
+		if e.Kind == EventNotification {
+			evs[i].Peer, _ = r.protocolPeer(e.Protocol)
+		}
+	}
+	return evs, nil
+}
+
+// parseLogTime parses the timestamp that starts a BIRD log line ("2006-01-02
+// 15:04:05" with any fraction of a second) and returns the rest of the line.
+func parseLogTime(line string) (time.Time, string, bool) {
+	const secs = len("2006-01-02 15:04:05")
+	if len(line) < secs+2 {
+		return time.Time{}, "", false
+	}
+	end := secs
+	if line[end] == '.' {
+		end++
+		for end < len(line) && line[end] >= '0' && line[end] <= '9' {
+			end++
+		}
+	}
+	// Go accepts a fraction after the seconds that the layout does not have.
+	ts, err := time.ParseInLocation(logTimeLayout[:secs], line[:end], time.Local)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	return ts, line[end:], true
 }
 
 // parseLog parses BIRD log lines such as
@@ -162,17 +197,16 @@ func (r *Router) LogEvents(since time.Time) ([]Event, error) {
 //	2026-11-25 15:31:51.160044 <TRACE> s1: BFD session down
 //	2026-11-25 15:31:51.160044 <TRACE> s1: State changed to stop
 //	2026-11-25 16:07:18.147757 <TRACE> s1.ipv4 > removed [sole] 198.51.100.10/32 0L 2G unicast
+//	2026-11-27 08:27:36.154625 <RMT> s1: Received: Unknown error 6.9: 0602
 func parseLog(log string, since time.Time) []Event {
 	var res []Event
 	for _, line := range strings.Split(log, "\n") {
-		if len(line) < len(logTimeLayout)+2 {
+		ts, rest, ok := parseLogTime(line)
+		if !ok || ts.Before(since) {
 			continue
 		}
-		ts, err := time.ParseInLocation(logTimeLayout, line[:len(logTimeLayout)], time.Local)
-		if err != nil || ts.Before(since) {
-			continue
-		}
-		rest := strings.TrimSpace(line[len(logTimeLayout):])
+		rest = strings.TrimSpace(rest)
+		var err error
 		if strings.HasPrefix(rest, "<") {
 			if i := strings.Index(rest, "> "); i > 0 {
 				rest = rest[i+2:]
@@ -220,6 +254,12 @@ func parseLog(log string, since time.Time) []Event {
 			ev.Kind = EventBFDDown
 		case strings.HasPrefix(msg, "State changed to "):
 			ev.Kind, ev.To = EventProtocolState, strings.TrimPrefix(msg, "State changed to ")
+		case strings.HasPrefix(msg, "Received: ") || strings.HasPrefix(msg, "Error: "):
+			n, ok := parseLogNotification(msg)
+			if !ok {
+				continue
+			}
+			ev.Kind, ev.Notification = EventNotification, &n
 		default:
 			continue
 		}

@@ -34,6 +34,9 @@
 //		return len(rs) == 2, err // one path per speaker
 //	})
 //	routes, _ := r.KernelRoutes(ctx, false) // "ip -n <ns> route show proto bird"
+//	evs, _ := r.LogEvents(since)            // NOTIFICATIONs received and sent (notify.go)
+//	d, _ := r.ProtocolDetail(ctx, "s1")     // BGP state, last error, shutdown message
+//	resume, _ := r.PauseBGP()               // BIRD stopped (SIGSTOP): the router is busy
 package bird
 
 import (
@@ -56,6 +59,8 @@ import (
 	"time"
 
 	"github.com/baremetal-ccm/baremetal-ccm/internal/childproc"
+	"github.com/baremetal-ccm/baremetal-ccm/internal/procsignal"
+	"github.com/baremetal-ccm/baremetal-ccm/internal/routertest"
 )
 
 // Options configure a Router. Zero values pick the defaults.
@@ -113,6 +118,7 @@ type Router struct {
 	dir     string
 	ctl     string
 	cmd     *exec.Cmd
+	proc    *procsignal.Process // BIRD, for PauseBGP
 	done    chan struct{}
 	stopped bool
 }
@@ -267,6 +273,7 @@ func start(ctx context.Context, opts Options) (*Router, error) {
 	if err := childproc.Start(r.cmd); err != nil {
 		return r, fmt.Errorf("bird: start: %w", err)
 	}
+	r.proc = procsignal.New(r.cmd.Process, "bird", r.done)
 	go func() { _ = r.cmd.Wait(); close(r.done) }()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -367,14 +374,19 @@ func (r *Router) KernelRoutes(ctx context.Context, ipv6 bool) (string, error) {
 	return run(ctx, "ip", append(args, "route", "show", "proto", "bird")...)
 }
 
-// Stop kills BIRD (SIGTERM, then SIGKILL after 5s) and waits for it. The namespace
-// stays until cleanup. Safe to call twice.
+// Stop kills BIRD (SIGTERM, then SIGKILL after 5s) and waits for it; a BIRD paused
+// by PauseBGP is resumed first. The namespace stays until cleanup. Safe to call
+// twice.
 func (r *Router) Stop() {
 	if r.cmd == nil || r.cmd.Process == nil || r.stopped {
 		return
 	}
 	r.stopped = true
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	sig := syscall.SIGTERM
+	if err := r.ResumeBGP(); err != nil {
+		sig = syscall.SIGKILL // a BIRD that cannot continue cannot handle SIGTERM either
+	}
+	_ = r.cmd.Process.Signal(sig)
 	select {
 	case <-r.done:
 	case <-time.After(5 * time.Second):
@@ -594,6 +606,11 @@ func (r *Router) Protocols(ctx context.Context) ([]ProtocolStatus, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseProtocols(out), nil
+}
+
+// parseProtocols parses the protocol lines of `birdc show protocols [all]`.
+func parseProtocols(out string) []ProtocolStatus {
 	var res []ProtocolStatus
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
@@ -617,7 +634,7 @@ func (r *Router) Protocols(ctx context.Context) ([]ProtocolStatus, error) {
 		}
 		res = append(res, ps)
 	}
-	return res, nil
+	return res
 }
 
 // ProtocolState returns the status of one protocol, or ErrNotFound.
@@ -634,27 +651,9 @@ func (r *Router) ProtocolState(ctx context.Context, name string) (ProtocolStatus
 	return ProtocolStatus{}, fmt.Errorf("bird: protocol %s: %w", name, ErrNotFound)
 }
 
-// WaitFor polls cond every 50ms until it returns true, returns an error, or ctx ends.
-// It is for convergence, not for timing assertions: give ctx a generous deadline.
+// WaitFor polls cond every 50ms until it returns true or ctx ends (see
+// routertest.WaitFor). It is for convergence, not for timing assertions: give ctx
+// a generous deadline.
 func WaitFor(ctx context.Context, cond func(ctx context.Context) (bool, error)) error {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	var lastErr error
-	for {
-		ok, err := cond(ctx)
-		if err != nil {
-			lastErr = err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if lastErr != nil {
-				return fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr)
-			}
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+	return routertest.WaitFor(ctx, cond)
 }

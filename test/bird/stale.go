@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/baremetal-ccm/baremetal-ccm/internal/procsignal"
 )
 
 // A test binary that dies without running its cleanups (go test -timeout panic,
@@ -16,32 +18,13 @@ import (
 // package created and recorded are ever touched.
 var stateDir = filepath.Join(os.TempDir(), "bccm-bird-state")
 
-// procStart returns the start time of pid (field 22 of /proc/<pid>/stat), or ""
-// if the process does not exist.
-func procStart(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')') // the command name may contain spaces
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
-}
-
 // record writes the ownership record of r (namespace, veth, dir).
 func (r *Router) record() error {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return err
 	}
 	pid := os.Getpid()
-	rec := fmt.Sprintf("%d %s %s %s %s\n", pid, procStart(pid), r.Namespace, r.HostInterface, r.dir)
+	rec := fmt.Sprintf("%d %s %s %s %s\n", pid, procsignal.StartTime(pid), r.Namespace, r.HostInterface, r.dir)
 	return os.WriteFile(filepath.Join(stateDir, r.Namespace), []byte(rec), 0o600)
 }
 
@@ -65,7 +48,7 @@ func sweepStale(ctx context.Context) {
 			continue
 		}
 		pid, err := strconv.Atoi(f[0])
-		if err != nil || (procStart(pid) != "" && procStart(pid) == f[1]) {
+		if err != nil || (procsignal.StartTime(pid) != "" && procsignal.StartTime(pid) == f[1]) {
 			continue // owner alive
 		}
 		_, _ = run(ctx, "ip", "link", "del", f[3])

@@ -38,7 +38,8 @@
 //		rs, err := r.RoutesFor(ctx, netip.MustParsePrefix("198.51.100.10/32"))
 //		return len(rs) == 1, err
 //	})
-//	evs, _ := r.LogEvents(since) // router-side timestamps: BFD down, BGP down, route deleted
+//	evs, _ := r.LogEvents(since) // router-side timestamps: BFD down, BGP down, NOTIFICATIONs, route deleted
+//	resume, _ := r.PauseBGP()    // bgpd stopped (SIGSTOP): the router is busy
 package frr
 
 import (
@@ -62,6 +63,8 @@ import (
 	"time"
 
 	"github.com/baremetal-ccm/baremetal-ccm/internal/childproc"
+	"github.com/baremetal-ccm/baremetal-ccm/internal/procsignal"
+	"github.com/baremetal-ccm/baremetal-ccm/internal/routertest"
 )
 
 // Options configure a Router. Zero values pick the defaults.
@@ -151,10 +154,10 @@ type Router struct {
 }
 
 type daemon struct {
-	name  string
-	cmd   *exec.Cmd
-	done  chan struct{}
-	start string // /proc start time, for the stale record
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	proc *procsignal.Process // start time for the stale record; pauseDaemon
 }
 
 // ErrNotFound is returned by lookups for a neighbor or BFD peer FRR does not have.
@@ -421,7 +424,8 @@ func (r *Router) startDaemon(ctx context.Context, name string) error {
 	if err := childproc.Start(cmd); err != nil {
 		return fmt.Errorf("frr: start %s: %w", name, err)
 	}
-	d := &daemon{name: name, cmd: cmd, done: make(chan struct{}), start: procStart(cmd.Process.Pid)}
+	d := &daemon{name: name, cmd: cmd, done: make(chan struct{})}
+	d.proc = procsignal.New(cmd.Process, name, d.done)
 	go func() { _ = cmd.Wait(); close(d.done) }()
 	r.mu.Lock()
 	r.daemons[name] = d
@@ -473,13 +477,16 @@ func (r *Router) loadConfig(ctx context.Context) error {
 // StopDaemon stops one daemon ("zebra", "bfdd", "bgpd") and waits for it to exit:
 // SIGTERM (bfdd then sends its peers Down with the diagnostic "Neighbor Signaled
 // Session Down"), or SIGKILL when kill is set, as a crashing router would (its
-// peers hear nothing more).
+// peers hear nothing more). A daemon paused by PauseBGP is resumed first.
 func (r *Router) StopDaemon(name string, kill bool) error {
 	r.mu.Lock()
 	d := r.daemons[name]
 	r.mu.Unlock()
 	if d == nil {
 		return fmt.Errorf("frr: daemon %s: %w", name, ErrNotFound)
+	}
+	if err := r.resumeDaemon(name); err != nil {
+		kill = true // a daemon that cannot continue cannot handle SIGTERM either
 	}
 	sig := syscall.SIGTERM
 	if kill {
@@ -604,27 +611,9 @@ func run(ctx context.Context, name string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// WaitFor polls cond every 50ms until it returns true, returns an error, or ctx ends.
-// It is for convergence, not for timing assertions: give ctx a generous deadline.
+// WaitFor polls cond every 50ms until it returns true or ctx ends (see
+// routertest.WaitFor). It is for convergence, not for timing assertions: give ctx
+// a generous deadline.
 func WaitFor(ctx context.Context, cond func(ctx context.Context) (bool, error)) error {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	var lastErr error
-	for {
-		ok, err := cond(ctx)
-		if err != nil {
-			lastErr = err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if lastErr != nil {
-				return fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr)
-			}
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+	return routertest.WaitFor(ctx, cond)
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/baremetal-ccm/baremetal-ccm/internal/procsignal"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -331,7 +333,7 @@ func TestDaemonsDieWithTheirParent(t *testing.T) {
 	for _, p := range f[1:4] {
 		var pid int
 		fmt.Sscan(p, &pid)
-		for i := 0; procStart(pid) != "" && !isZombie(pid); i++ {
+		for i := 0; procsignal.StartTime(pid) != "" && !isZombie(pid); i++ {
 			if i > 200 {
 				t.Fatalf("daemon %d outlived its parent", pid)
 			}

@@ -175,6 +175,9 @@ type Neighbor struct {
 	InPolicy, OutPolicy map[string]string
 	// BFD is set when BFD is configured for the neighbor.
 	BFD *NeighborBFD
+	// LastNotification is the NOTIFICATION behind the last reset, nil if the last
+	// reset had none (see NeighborNotification).
+	LastNotification *NeighborNotification
 }
 
 // NeighborBFD is bgpd's view of the neighbor's BFD session.
@@ -194,6 +197,9 @@ type jsonNeighbor struct {
 	Established        int    `json:"connectionsEstablished"`
 	Dropped            int    `json:"connectionsDropped"`
 	LastResetDueTo     string `json:"lastResetDueTo"`
+	LastErrorCode      string `json:"lastErrorCodeSubcode"`
+	LastNotifyReason   string `json:"lastNotificationReason"`
+	LastShutdownDesc   string `json:"lastShutdownDescription"`
 	UpEstablishedEpoch int64  `json:"bgpTimerUpEstablishedEpoch"`
 	GR                 struct {
 		LocalGrMode  string `json:"localGrMode"`
@@ -238,6 +244,11 @@ func parseNeighborJSON(b []byte, addr netip.Addr) (Neighbor, error) {
 		GRLocalMode: j.GR.LocalGrMode, GRRemoteMode: j.GR.RemoteGrMode, GRNBit: j.GR.NBit, GRRBit: j.GR.RBit,
 		AddPathRx: map[string]bool{}, AcceptedPrefixes: map[string]int{}, InPolicy: map[string]string{}, OutPolicy: map[string]string{},
 	}
+	last, err := neighborNotification(j.LastErrorCode, j.LastNotifyReason, j.LastShutdownDesc, j.LastResetDueTo)
+	if err != nil {
+		return Neighbor{}, err
+	}
+	n.LastNotification = last
 	if j.UpEstablishedEpoch > 0 && j.BgpState == "Established" {
 		n.UptimeSince = time.Unix(j.UpEstablishedEpoch, 0)
 	}
@@ -366,6 +377,9 @@ const (
 	EventRouteInstall EventKind = "route-install"
 	// EventRouteDelete: bgpd removed a prefix from zebra: its last path is gone.
 	EventRouteDelete EventKind = "route-delete"
+	// EventNotification: bgpd received a NOTIFICATION from Peer or sent one to it
+	// (Notification).
+	EventNotification EventKind = "notification"
 )
 
 // Event is one router-side event with FRR's own timestamp (microseconds, the
@@ -379,16 +393,19 @@ type Event struct {
 	Reason   string // BFD: the diagnostic of a transition to down, e.g. "control-expired"
 	Prefix   netip.Prefix
 	NextHops []netip.Addr
-	Line     string
+	// Notification is set for EventNotification.
+	Notification *Notification
+	Line         string
 }
 
 // logTimeLayout is FRR's log timestamp with "log timestamp precision 6".
 const logTimeLayout = "2006/01/02 15:04:05.000000"
 
-// LogEvents returns the BFD state changes, BGP neighbor state changes and route
-// installs and deletes logged at or after since, in log order. The timestamps are
-// FRR's (frr.conf turns on "debug bfd peer", "debug bgp neighbor-events" and
-// "debug bgp zebra" with "log timestamp precision 6").
+// LogEvents returns the BFD state changes, BGP neighbor state changes,
+// NOTIFICATIONs received and sent, and route installs and deletes logged at or
+// after since, in log order. The timestamps are FRR's (frr.conf turns on "debug
+// bfd peer", "debug bgp neighbor-events" and "debug bgp zebra" with "log timestamp
+// precision 6").
 func (r *Router) LogEvents(since time.Time) ([]Event, error) {
 	return parseLog(r.Log(), since)
 }
@@ -400,6 +417,7 @@ func (r *Router) LogEvents(since time.Time) ([]Event, error) {
 //	2026/11/25 15:32:46.756035 BGP: [V15FP-4CPVK] Tx route add VRF 0 198.51.100.10/32 metric 0 tag 0 count 1 nhg 0
 //	2026/11/25 15:32:46.756036 BGP: [JQXM8-V0CKB]   nhop [1]: 10.255.7.1 if 0 VRF 0 wt 0
 //	2026/11/25 15:32:56.471577 BGP: [G7K80-KF0HM] Tx route delete VRF 0 198.51.100.10/32
+//	2026/11/27 08:20:31.528234 BGP: [HZN6M-XRM1G] %NOTIFICATION(Hard Reset): received from neighbor 10.255.7.1 6/2 (Cease/Administrative Shutdown) 0 bytes
 func parseLog(log string, since time.Time) ([]Event, error) {
 	var res []Event
 	var install *Event // the route add whose "nhop" lines follow
@@ -437,6 +455,15 @@ func parseLog(log string, since time.Time) ([]Event, error) {
 		install = nil
 		ev := Event{Time: ts, Daemon: daemon, Line: line}
 		switch {
+		case strings.HasPrefix(msg, "%NOTIFICATION"):
+			n, peer, err := parseNotification(msg)
+			if err != nil {
+				continue
+			}
+			if ev.Peer, err = netip.ParseAddr(peer); err != nil {
+				continue
+			}
+			ev.Kind, ev.Notification = EventNotification, &n
 		case strings.HasPrefix(msg, "state-change: ["):
 			// state-change: [mhop:no peer:A local:B vrf:V ifname:I] from -> to [reason:R]
 			desc, trans, ok := strings.Cut(strings.TrimPrefix(msg, "state-change: ["), "] ")

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/baremetal-ccm/baremetal-ccm/internal/procsignal"
 )
 
 // A test binary that dies without running its cleanups (go test -timeout panic,
@@ -35,35 +37,16 @@ type daemonEntry struct {
 	Start string `json:"start"`
 }
 
-// procStart returns the start time of pid (field 22 of /proc/<pid>/stat), or ""
-// if the process does not exist.
-func procStart(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')') // the command name may contain spaces
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
-}
-
 // record writes r's ownership record (again, after a daemon started).
 func (r *Router) record() error {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return err
 	}
 	pid := os.Getpid()
-	rec := record{PID: pid, Start: procStart(pid), Namespace: r.Namespace, Veth: r.HostInterface, VethNetns: r.opts.SpeakerNetns, Dir: r.dir}
+	rec := record{PID: pid, Start: procsignal.StartTime(pid), Namespace: r.Namespace, Veth: r.HostInterface, VethNetns: r.opts.SpeakerNetns, Dir: r.dir}
 	r.mu.Lock()
 	for _, d := range r.daemons {
-		rec.Daemons = append(rec.Daemons, daemonEntry{d.name, d.cmd.Process.Pid, d.start})
+		rec.Daemons = append(rec.Daemons, daemonEntry{d.name, d.cmd.Process.Pid, d.proc.StartTime()})
 	}
 	r.mu.Unlock()
 	b, err := json.Marshal(rec)
@@ -100,11 +83,11 @@ func sweepStale(ctx context.Context) {
 		if json.Unmarshal(b, &rec) != nil || !strings.HasPrefix(rec.Namespace, "bccm-frr-") || rec.Namespace != e.Name() {
 			continue
 		}
-		if st := procStart(rec.PID); st != "" && st == rec.Start {
+		if st := procsignal.StartTime(rec.PID); st != "" && st == rec.Start {
 			continue // owner alive
 		}
 		for _, d := range rec.Daemons {
-			if d.PID > 0 && d.Start != "" && procStart(d.PID) == d.Start {
+			if d.PID > 0 && d.Start != "" && procsignal.StartTime(d.PID) == d.Start {
 				_ = syscall.Kill(d.PID, syscall.SIGKILL)
 			}
 			_ = os.RemoveAll(fmt.Sprintf("/var/tmp/frr/%s.%d", d.Name, d.PID))
