@@ -31,7 +31,7 @@ deps: ## Install test dependencies (Debian packages as root; kube-apiserver buil
 	hack/deps.sh
 
 .PHONY: test
-test: unit system e2e ## Run all tests: unit, systemd unit checks, packages, then the e2e suite against a real kube-apiserver.
+test: unit fuzz system e2e ## Run all tests: unit, fuzzing (fixed budget), systemd unit checks, packages, then the e2e suite against a real kube-apiserver.
 
 .PHONY: system
 system: deps ## Check the systemd unit (systemd-analyze verify and security score) and the deb/rpm packages.
@@ -46,6 +46,18 @@ packages: ## Build the deb and rpm packages into dist/ (nfpm from the Go module 
 unit: ## Run the unit tests with the race detector (Redfish emulator and ipmi_sim BMCs on loopback).
 	hack/deps.sh --packages-only
 	go test -race -count=1 ./...
+
+# Fuzzing budget per target; FuzzSpeakerReceive runs a real session per input and gets more.
+FUZZTIME ?= 30s
+FUZZTIME_SESSION ?= 60s
+
+.PHONY: fuzz
+fuzz: ## Fuzz what routers send, with a fixed budget: the BGP relay's decoders, a speaker over a real session, BFD.
+	go test -run '^$$' -fuzz '^FuzzRouterBytes$$' -fuzztime $(FUZZTIME) ./pkg/bgp/wire/
+	go test -run '^$$' -fuzz '^FuzzSpeakerUpdates$$' -fuzztime $(FUZZTIME) ./pkg/bgp/wire/
+	go test -run '^$$' -fuzz '^FuzzSpeakerReceive$$' -fuzztime $(FUZZTIME_SESSION) ./pkg/bgp/
+	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./pkg/bfd/
+	go test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime $(FUZZTIME) ./pkg/bfd/
 
 .PHONY: image
 image: ## Build the CCM image without Docker into dist/ (an OCI archive for ctr, podman or docker load), reproducibly.

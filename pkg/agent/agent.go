@@ -389,7 +389,7 @@ func (a *Agent) SpeakerStatus() (speakerstatus.Status, bool) {
 	}
 	st := speakerstatus.Status{Paths: sp.AppliedPaths()}
 	for _, p := range sp.Peers() {
-		st.Peers = append(st.Peers, speakerstatus.Peer{Address: p.Address.String(), State: p.State, Ready: p.Ready, BFD: bfdState[p.Address], LastError: p.LastError})
+		st.Peers = append(st.Peers, speakerstatus.Peer{Address: p.Address.String(), State: p.State, Ready: p.Ready, BFD: bfdState[p.Address], LastError: p.LastError, BFDProblem: p.BFDProblem})
 	}
 	return st, true
 }

@@ -291,7 +291,11 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []
 		var up, down []string
 		for _, p := range r.status.Peers {
 			if p.State == "established" {
-				up = append(up, p.Address)
+				if p.BFDProblem != "" {
+					up = append(up, p.Address+" without BFD")
+				} else {
+					up = append(up, p.Address)
+				}
 			} else {
 				down = append(down, p.Address)
 			}

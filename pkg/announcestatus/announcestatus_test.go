@@ -88,6 +88,11 @@ func TestComputeSelf(t *testing.T) {
 	if g := c.Compute([]*v1.Service{web}, nodes)["ns/web"]; g.Status != metav1.ConditionFalse || g.Reason != ReasonNoSessionUp {
 		t.Errorf("all down: %+v", g)
 	}
+	// A session up without the BFD it is configured with says so.
+	noBFD := speakerstatus.Peer{Address: "10.0.0.254", State: "established", BFDProblem: "BFD is not up: the router sends no BFD packets"}
+	if g := c.Compute([]*v1.Service{web}, []*v1.Node{replicaNode("cp-1", "10.0.0.1", noBFD)})["ns/web"]; g.Status != metav1.ConditionTrue || !strings.Contains(g.Message, "sessions up: 10.0.0.254 without BFD") {
+		t.Errorf("without BFD: %+v", g)
+	}
 	// A stale report counts as none.
 	stale := replicaNode("cp-1", "10.0.0.1", up)
 	b, _ := json.Marshal(speakerstatus.Status{Updated: now.Add(-time.Hour), Peers: []speakerstatus.Peer{up}})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bird"
@@ -49,14 +50,17 @@ func peerV6(r *bird.Router, i int) config.BGPPeer {
 	return p
 }
 
-// runSpeaker starts speaker i (0-based) of r with cfg's peers and announcements
-// made before Run; it is stopped at cleanup if the test did not stop it.
+// runSpeaker starts speaker i (0-based) of r (nil: cfg.RouterID is set) with cfg's
+// peers and announcements made before Run; it is stopped at cleanup if the test
+// did not stop it.
 func runSpeaker(t *testing.T, r *bird.Router, i int, cfg Config, before func(*Speaker)) *running {
 	t.Helper()
 	if cfg.LocalASN == 0 {
 		cfg.LocalASN = 65000
 	}
-	cfg.RouterID = r.SpeakerV4(i)
+	if r != nil {
+		cfg.RouterID = r.SpeakerV4(i)
+	}
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -445,5 +449,39 @@ func TestBIRDImportFilter(t *testing.T) {
 	waitRoutes(t, r, lb6, "accepted (in a pool)", hasNextHops(r.SpeakerV6(0)))
 	if rs, err := r.RoutesFor(waitCtx(t), outside); err != nil || len(rs) != 0 {
 		t.Errorf("%s (in no pool) imported: %+v %v", outside, rs, err)
+	}
+}
+
+// TestPrefixesAnnouncedFollowsChanges: baremetal_ccm_bgp_prefixes_announced is the
+// relay's count of what the router holds, updated before each UPDATE is written:
+// once BIRD shows a change, the metric already shows it too.
+func TestPrefixesAnnouncedFollowsChanges(t *testing.T) {
+	r := bird.Start(t, bird.Options{})
+	sp := runSpeaker(t, r, 0, Config{Peers: []config.BGPPeer{peerV4(r, 0)}}, nil)
+	waitEstablished(t, r, r.Protocol(0, false))
+	peer := r.RouterV4.String()
+	gauge := func(fam string) float64 {
+		v, err := testutil.GetGaugeMetricValue(prefixesAnnounced.WithLabelValues(peer, fam))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	extra := netip.MustParsePrefix("198.51.100.11/32")
+	for _, step := range []struct {
+		paths  []Path
+		v4, v6 float64
+	}{
+		{[]Path{{Prefix: lb4}, {Prefix: lb6}}, 1, 1},
+		{[]Path{{Prefix: lb4}, {Prefix: extra}, {Prefix: lb6}}, 2, 1},
+		{nil, 0, 0},
+	} {
+		sp.Announce("lb", step.paths)
+		waitRoutes(t, r, extra, "extra as announced", func(rs []bird.Route) bool { return (len(rs) == 1) == (step.v4 == 2) })
+		waitRoutes(t, r, lb4, "lb4 as announced", func(rs []bird.Route) bool { return (len(rs) == 1) == (step.v4 > 0) })
+		waitRoutes(t, r, lb6, "lb6 as announced", func(rs []bird.Route) bool { return (len(rs) == 1) == (step.v6 > 0) })
+		if v4, v6 := gauge("ipv4"), gauge("ipv6"); v4 != step.v4 || v6 != step.v6 {
+			t.Errorf("after BIRD has %v: prefixes_announced ipv4 %v ipv6 %v, want %v %v", step.paths, v4, v6, step.v4, step.v6)
+		}
 	}
 }

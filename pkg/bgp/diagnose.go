@@ -3,56 +3,16 @@ package bgp
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 // Why a session does not come up. A wrong or missing TCP-MD5 password is silent on
 // the wire (the kernel drops segments whose signature does not match), so the
-// session just stays in Connect/Active; GoBGP reports the failed connection attempts
-// only at debug level. The speaker keeps the last connection error of each peer
-// that is not established (GoBGP's debug messages are let through while one is
-// down, see klogAdapter) and logs, once per change of state or cause, a warning
-// that names the likely causes.
-
-// connErrors holds the last connection error per peer address.
-type connErrors struct {
-	down atomic.Int32 // peers not established: GoBGP's debug messages are wanted
-	mu   sync.Mutex
-	last map[netip.Addr]error
-}
-
-func newConnErrors() *connErrors { return &connErrors{last: map[netip.Addr]error{}} }
-
-func (c *connErrors) watching() bool { return c.down.Load() > 0 }
-
-func (c *connErrors) record(key, err any) {
-	s, _ := key.(string)
-	a, perr := netip.ParseAddr(s)
-	e, _ := err.(error)
-	if perr != nil || e == nil {
-		return
-	}
-	c.mu.Lock()
-	c.last[a.Unmap()] = e
-	c.mu.Unlock()
-}
-
-func (c *connErrors) get(a netip.Addr) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.last[a]
-}
-
-func (c *connErrors) forget(a netip.Addr) {
-	c.mu.Lock()
-	delete(c.last, a)
-	c.mu.Unlock()
-}
+// session just stays in Connect/Active. The relay (package wire) keeps the last
+// connection error of each peer, and the speaker logs, once per change of state or
+// cause, a warning that names the likely causes.
 
 // peerHealth tracks one peer for the warning: since when it is down, and what was
 // last said about it.
@@ -84,8 +44,8 @@ func causeOf(err error) string {
 	return "other"
 }
 
-// downWarning is the warning for a peer down for a while: state is GoBGP's
-// session state, err the last connection error (nil if none was seen), md5 whether
+// downWarning is the warning for a peer down for a while: state is the session
+// state, err the last connection error (nil if none was seen), md5 whether
 // this side signs with TCP-MD5.
 func downWarning(state string, err error, md5 bool) string {
 	var b strings.Builder

@@ -3,7 +3,6 @@ package bgp
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,9 +13,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/apiutil"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
@@ -125,53 +121,4 @@ func TestBIRDPasswordMismatchWarns(t *testing.T) {
 		t.Errorf("Ready() = %v %v, want not ready naming the peer", ok, why)
 	}
 	t.Logf("warning: %s", warned[0])
-}
-
-// TestAdvertisedCountsPaths: prefixes_announced is GoBGP's adj-RIB-out less the
-// End-of-RIB marker (when both sides have graceful restart), for the families the
-// peer negotiated only.
-func TestAdvertisedCountsPaths(t *testing.T) {
-	mp := func(f bgp.RouteFamily) bgp.ParameterCapabilityInterface { return bgp.NewCapMultiProtocol(f) }
-	gr := bgp.NewCapGracefulRestart(false, false, 120, nil)
-	peer := func(localGR bool, caps ...bgp.ParameterCapabilityInterface) *api.Peer {
-		rc, err := apiutil.MarshalCapabilities(caps)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := &api.Peer{State: &api.PeerState{SessionState: api.PeerState_ESTABLISHED, NeighborAddress: "10.0.0.1", RemoteCap: rc}}
-		if localGR {
-			p.GracefulRestart = &api.GracefulRestart{Enabled: true}
-		}
-		for _, afi := range []api.Family_Afi{api.Family_AFI_IP, api.Family_AFI_IP6} {
-			n := uint64(4)
-			if localGR {
-				n = 5
-			}
-			if afi == api.Family_AFI_IP6 {
-				n = 1 // only the End-of-RIB, or 1 path without graceful restart
-			}
-			p.AfiSafis = append(p.AfiSafis, &api.AfiSafi{State: &api.AfiSafiState{Family: &api.Family{Afi: afi, Safi: api.Family_SAFI_UNICAST}, Advertised: n}})
-		}
-		return p
-	}
-	for name, tc := range map[string]struct {
-		p    *api.Peer
-		want map[string]uint64
-	}{
-		"both families, graceful restart": {peer(true, mp(bgp.RF_IPv4_UC), mp(bgp.RF_IPv6_UC), gr), map[string]uint64{"ipv4": 4, "ipv6": 0}},
-		"IPv4 only negotiated":            {peer(true, mp(bgp.RF_IPv4_UC), gr), map[string]uint64{"ipv4": 4}},
-		"no graceful restart":             {peer(false, mp(bgp.RF_IPv4_UC), mp(bgp.RF_IPv6_UC)), map[string]uint64{"ipv4": 4, "ipv6": 1}},
-		"only ours has graceful restart":  {peer(true, mp(bgp.RF_IPv4_UC)), map[string]uint64{"ipv4": 5}},
-		"no multiprotocol capability":     {peer(false), map[string]uint64{"ipv4": 4}},
-	} {
-		got := advertised(tc.p)
-		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("%s: advertised = %v, want %v", name, got, tc.want)
-		}
-	}
-	down := peer(true, mp(bgp.RF_IPv4_UC))
-	down.State.SessionState = api.PeerState_ACTIVE
-	if got := advertised(down); len(got) != 0 {
-		t.Errorf("a session that is down advertises %v, want nothing", got)
-	}
 }

@@ -1,32 +1,26 @@
 package bgp
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/apiutil"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+	api "github.com/osrg/gobgp/v4/api"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bfd"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp/wire"
 )
 
-// countDownLocked tells the log adapter whether any session is down (it then lets
-// GoBGP's connection errors through, see diagnose.go).
-func (s *Speaker) countDownLocked() {
-	n := 0
-	for a := range s.active {
-		if !s.established[a] {
-			n++
-		}
-	}
-	s.connErrs.down.Store(int32(n))
-}
-
 // checkHealth warns, once per change of state or cause, about each session that
-// has been down for longer than its grace, and ends the restarting phase once the
-// speaker is ready.
+// has been down for longer than its grace and about BFD that never came up on an
+// established session, and ends the restarting phase once the speaker is ready.
 func (s *Speaker) checkHealth() {
 	ready, _ := s.Ready()
+	bfdUp := map[netip.Addr]bfd.SessionState{}
+	for _, b := range s.BFDSessions() {
+		bfdUp[b.Peer] = b
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ready && s.restarting {
@@ -36,18 +30,40 @@ func (s *Speaker) checkHealth() {
 		return
 	}
 	now := time.Now()
-	for a, e := range s.active {
-		h := s.health[a]
-		if h == nil || s.established[a] || h.downSince.IsZero() || now.Sub(h.downSince) < downGrace(durOf(e.cfg.ConnectRetry)) {
+	for a, ap := range s.active {
+		h := ap.health
+		e := ap.entry
+		if ap.state == "established" {
+			s.checkBFDLocked(ap, bfdUp[a], now)
 			continue
 		}
-		err := s.connErrs.get(a)
-		key := s.state[a] + "/" + causeOf(err)
+		if h == nil || h.downSince.IsZero() || now.Sub(h.downSince) < downGrace(durOf(e.cfg.ConnectRetry)) {
+			continue
+		}
+		st := ap.wire.Status()
+		state := st.State
+		if state == wire.StateOpen {
+			state = ap.state
+		}
+		// The relay alternates between connect and active while the router does
+		// not answer: the key is the cause, and whether a connection is open.
+		key := causeOf(st.LastError)
+		if st.State == wire.StateOpen {
+			key = state + "/" + key
+		}
+		if ap.bfdHeld {
+			key = "bfd-held"
+		}
 		if key == h.warned {
 			continue
 		}
 		h.warned = key
-		s.log.Info("Warning: "+downWarning(s.state[a], err, e.password != ""), "peer", a, "asn", e.cfg.ASN,
+		msg := downWarning(state, st.LastError, e.password != "")
+		if ap.bfdHeld {
+			msg = "BGP session held down: BFD took it down and it stays down until the router's BFD session is up again. " +
+				"Check the link to the router and the router's BFD (FRR: show bfd peers; BIRD: show bfd sessions)."
+		}
+		s.log.Info("Warning: "+msg, "peer", a, "asn", e.cfg.ASN,
 			"down", now.Sub(h.downSince).Round(time.Second).String(), "sourceAddress", e.cfg.SourceAddress)
 	}
 }
@@ -81,95 +97,86 @@ func (s *Speaker) Ready() (bool, []string) {
 	return len(waiting) == 0, waiting
 }
 
-// peerReady: established for readySettle, not waiting for the routers'
-// End-of-RIB (restarting), and nothing written on the connection unacknowledged.
-func peerReady(p *api.Peer, upAt time.Time, c conn, prober tcpProber) bool {
-	if p.State == nil || p.State.SessionState != api.PeerState_ESTABLISHED || upAt.IsZero() || time.Since(upAt) < readySettle {
+// localRestarting reports whether GoBGP still defers the first UPDATEs of a
+// restarting speaker to the peer (waiting for the router's End-of-RIB).
+func (s *Speaker) localRestarting(alias netip.Addr) bool {
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	if srv == nil {
 		return false
 	}
-	if g := p.GracefulRestart; g != nil && g.LocalRestarting {
-		return false
-	}
-	if !c.local.IsValid() {
-		return false
-	}
-	state, unacked, found, err := prober.probe(c.local, c.remote)
-	if err != nil {
-		return time.Since(upAt) >= 2*time.Second // no sock_diag: a settled session
-	}
-	return found && state == tcpEstablished && unacked == 0
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	restarting := false
+	_ = srv.ListPeer(ctx, &api.ListPeerRequest{Address: alias.String()}, func(p *api.Peer) {
+		if g := p.GracefulRestart; g != nil && g.LocalRestarting {
+			restarting = true
+		}
+	})
+	return restarting
 }
 
-// negotiated returns the unicast families the peer's OPEN offered (IPv4 unicast
-// when it sent no multiprotocol capability, RFC 4760) and whether it offered
-// graceful restart.
-func negotiated(p *api.Peer) (fams map[string]bool, gr bool) {
-	fams = map[string]bool{}
-	if p.State == nil {
-		return fams, false
+// Peers returns the status of every configured peer (static and dynamic), sorted
+// by address.
+func (s *Speaker) Peers() []PeerStatus {
+	type view struct {
+		entry      peerEntry
+		ap         *activePeer
+		state      string
+		upAt       time.Time
+		bfdHeld    bool
+		bfdProblem string
 	}
-	caps, err := apiutil.UnmarshalCapabilities(p.State.RemoteCap)
-	if err != nil {
-		return fams, false
+	s.mu.Lock()
+	running := s.srv != nil
+	all := s.wantedLocked()
+	views := make([]view, 0, len(all))
+	for _, e := range sortedPeers(all) {
+		v := view{entry: e, state: "stopped"}
+		if ap, ok := s.active[e.addr]; ok && running {
+			v.ap, v.state, v.upAt, v.bfdHeld, v.bfdProblem = ap, ap.state, ap.upAt, ap.bfdHeld, ap.bfdProblem
+		}
+		views = append(views, v)
 	}
-	mp := false
-	for _, c := range caps {
-		switch c := c.(type) {
-		case *bgp.CapMultiProtocol:
-			mp = true
-			switch c.CapValue {
-			case bgp.RF_IPv4_UC:
-				fams["ipv4"] = true
-			case bgp.RF_IPv6_UC:
-				fams["ipv6"] = true
+	s.mu.Unlock()
+	out := make([]PeerStatus, 0, len(views))
+	for _, v := range views {
+		st := PeerStatus{Address: v.entry.addr, ASN: v.entry.cfg.ASN, Dynamic: v.entry.dynamic, State: v.state, BFDHeld: v.bfdHeld, BFDProblem: v.bfdProblem}
+		if v.ap != nil {
+			ws := v.ap.wire.Status()
+			if ws.State != wire.StateOpen || st.State == "active" || st.State == "idle" {
+				// No connection to the router, or GoBGP has not taken it yet: the
+				// relay's state says where the session is.
+				st.State = ws.State
+				if ws.State == wire.StateOpen {
+					st.State = "connect"
+				}
 			}
-		case *bgp.CapGracefulRestart:
-			gr = true
+			for _, n := range ws.Sent {
+				st.PrefixesSent += uint64(n)
+			}
+			if st.State == "established" {
+				st.UpSince = v.upAt
+				st.Ready = s.peerReady(v.ap, v.upAt)
+			} else if ws.LastError != nil {
+				st.LastError = ws.LastError.Error()
+			}
 		}
-	}
-	if !mp {
-		fams["ipv4"] = true
-	}
-	return fams, gr
-}
-
-// advertised is what the peer has been sent, per family: GoBGP's adj-RIB-out count
-// less its End-of-RIB placeholder (counted once per family when graceful restart is
-// negotiated); families the peer did not negotiate are absent.
-func advertised(p *api.Peer) map[string]uint64 {
-	out := map[string]uint64{}
-	if p.State == nil || p.State.SessionState != api.PeerState_ESTABLISHED {
-		return out
-	}
-	fams, peerGR := negotiated(p)
-	localGR := p.GracefulRestart != nil && p.GracefulRestart.Enabled
-	for _, af := range p.AfiSafis {
-		if af.State == nil || af.State.Family == nil {
-			continue
-		}
-		fam := "ipv4"
-		if af.State.Family.Afi == api.Family_AFI_IP6 {
-			fam = "ipv6"
-		}
-		if !fams[fam] {
-			continue
-		}
-		n := af.State.Advertised
-		if localGR && peerGR && n > 0 {
-			n-- // the End-of-RIB marker
-		}
-		out[fam] = n
+		out = append(out, st)
 	}
 	return out
 }
 
-func peerAddr(p *api.Peer) (netip.Addr, bool) {
-	if p.State == nil {
-		return netip.Addr{}, false
+// peerReady: established for readySettle, not waiting for the routers'
+// End-of-RIB (restarting), and everything GoBGP wrote acknowledged by the router.
+func (s *Speaker) peerReady(ap *activePeer, upAt time.Time) bool {
+	if upAt.IsZero() || time.Since(upAt) < readySettle {
+		return false
 	}
-	a, err := netip.ParseAddr(p.State.NeighborAddress)
-	if err != nil {
-		return netip.Addr{}, false
+	pending, ok := ap.wire.Pending()
+	if !ok || pending > 0 {
+		return false
 	}
-	return a.Unmap(), true
+	return !s.localRestarting(ap.alias)
 }

@@ -7,29 +7,55 @@ import (
 	"net/netip"
 	"slices"
 
-	api "github.com/osrg/gobgp/v3/api"
+	api "github.com/osrg/gobgp/v4/api"
 )
 
-// Next hop "self" across address families.
+// Next hop "self".
 //
-// GoBGP fills the unspecified next hop of a locally originated path with the
-// session's local address. For an IPv6 prefix on an IPv4 session that is an IPv4
-// address (sent as the IPv4-mapped ::ffff:a.b.c.d in MP_REACH_NLRI), which BIRD
-// rejects ("Invalid NEXT_HOP attribute - mismatched address family") and treats
-// as a withdrawal; the same holds for IPv4 prefixes on an IPv6 session (RFC 8950
-// extended next hop is not negotiated). The speaker therefore installs one global
-// export policy, policyName, that for each such session local address L:
+// GoBGP sees every session on loopback (package wire relays it), so the next hop
+// it fills in for a path of ours without one is its own end of that loopback
+// connection, innerHost, for every peer and both families. The speaker installs
+// one global export policy, policyName, that gives each peer its real next hop
+// "self": for the peer known by alias A whose router connection's local address
+// is L,
 //
-//   - IPv6 path whose next hop is L (IPv4): next hop := the IPv6 "self" address;
-//   - IPv4 path whose next hop is L (IPv6): next hop := the IPv4 "self" address;
+//   - a path of L's family with next hop innerHost: next hop := L;
+//   - a path of the other family with next hop innerHost: next hop := the "self"
+//     address of that family (Config.IPv6NextHop / IPv4NextHop when set, else the
+//     one global address of that family on the interface holding L), or the path
+//     is not sent there if there is no such address (an IPv4 next hop for an IPv6
+//     prefix is refused by routers: BIRD says "Invalid NEXT_HOP attribute -
+//     mismatched address family"; RFC 8950 extended next hop is not negotiated);
 //
-// and rejects (does not send) self paths of the other family when no such address
-// is known, instead of sending a next hop the router must refuse. The other
-// family's self address is Config.IPv6NextHop / IPv4NextHop when set, else the one
-// global address of that family on the interface holding L (none or several: not
-// known). Paths with explicit next hops (nodes mode) always have a next hop of
-// their own family and pass unchanged.
+// and, last, no path with a loopback next hop is ever sent (a peer whose local
+// address is not known yet). Paths with explicit next hops (nodes mode) always
+// have a next hop of their own family and pass unchanged.
+//
+// A peer's statements are installed when its relay connects to the router, before
+// GoBGP is given the session, so its first UPDATEs already carry the right next
+// hops; other peers' statements do not change then.
 const policyName = "baremetal-ccm-nexthop-self"
+
+// importPolicyName is the global import policy: only the speaker's own paths are
+// taken into the RIB. The relay passes GoBGP no route of a router's (End-of-RIB
+// markers only); should one ever get through, it is neither kept nor passed on
+// to other routers.
+const importPolicyName = "baremetal-ccm-local-only"
+
+func importPolicy() *api.Policy {
+	return &api.Policy{Name: importPolicyName, Statements: []*api.Statement{{
+		Name:       importPolicyName + "-0",
+		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT},
+	}}}
+}
+
+// policyPeer is one peer's input to the policy.
+type policyPeer struct {
+	alias, local netip.Addr
+	// partner is the "self" address of the family local is not (zero: unknown).
+	partner netip.Addr
+}
 
 // interfacePartner returns the unique global unicast address of the other family
 // on the interface that holds local, or the zero Addr.
@@ -71,53 +97,56 @@ func interfacePartner(local netip.Addr) netip.Addr {
 	return netip.Addr{}
 }
 
-// nextHopPolicy builds the export policy for the given session local addresses.
-func nextHopPolicy(locals map[netip.Addr]netip.Addr) *api.Policy {
+func neighborSetName(alias netip.Addr) string { return "baremetal-ccm-peer-" + alias.String() }
+
+// nextHopPolicy builds the export policy and the neighbor sets it uses.
+func nextHopPolicy(peers []policyPeer) ([]*api.DefinedSet, *api.Policy) {
 	v4 := []*api.Family{{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}}
 	v6 := []*api.Family{{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}}
-	keys := make([]netip.Addr, 0, len(locals))
-	for l := range locals {
-		keys = append(keys, l)
-	}
-	slices.SortFunc(keys, netip.Addr.Compare)
+	inner := []string{netip.PrefixFrom(innerHost, 32).String()}
+	var sets []*api.DefinedSet
 	var st []*api.Statement
-	add := func(fam []*api.Family, nh []string, act *api.Actions) {
-		st = append(st, &api.Statement{
-			Name:       fmt.Sprintf("%s-%d", policyName, len(st)),
-			Conditions: &api.Conditions{AfiSafiIn: fam, NextHopInList: nh},
-			Actions:    act,
-		})
+	add := func(c *api.Conditions, act *api.Actions) {
+		st = append(st, &api.Statement{Name: fmt.Sprintf("%s-%d", policyName, len(st)), Conditions: c, Actions: act})
 	}
-	for _, l := range keys {
-		p := locals[l]
-		if !p.IsValid() {
+	setNH := func(a netip.Addr) *api.Actions {
+		return &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT, Nexthop: &api.NexthopAction{Address: a.String()}}
+	}
+	reject := &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}
+	for _, p := range peers {
+		if !p.local.IsValid() {
 			continue
 		}
-		fam := v6
-		if l.Is6() {
-			fam = v4
+		name := neighborSetName(p.alias)
+		sets = append(sets, &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: []string{netip.PrefixFrom(p.alias, 32).String()}})
+		nbr := &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: name}
+		same, other := v4, v6
+		if p.local.Is6() {
+			same, other = v6, v4
 		}
-		add(fam, []string{netip.PrefixFrom(l, l.BitLen()).String()}, &api.Actions{RouteAction: api.RouteAction_ACCEPT, Nexthop: &api.NexthopAction{Address: p.String()}})
+		add(&api.Conditions{NeighborSet: nbr, AfiSafiIn: same, NextHopInList: inner}, setNH(p.local))
+		if p.partner.IsValid() {
+			add(&api.Conditions{NeighborSet: nbr, AfiSafiIn: other, NextHopInList: inner}, setNH(p.partner))
+		} else {
+			add(&api.Conditions{NeighborSet: nbr, AfiSafiIn: other, NextHopInList: inner}, reject)
+		}
 	}
-	// IPv6 paths with an IPv4 next hop left: self paths without an IPv6 address.
-	add(v6, []string{"0.0.0.0/0"}, &api.Actions{RouteAction: api.RouteAction_REJECT})
-	// IPv4 paths: an IPv4 next hop is fine; anything else is an untranslated self.
-	add(v4, []string{"0.0.0.0/0"}, &api.Actions{RouteAction: api.RouteAction_ACCEPT})
-	add(v4, nil, &api.Actions{RouteAction: api.RouteAction_REJECT})
-	return &api.Policy{Name: policyName, Statements: st}
+	// Never a loopback next hop.
+	add(&api.Conditions{AfiSafiIn: v4, NextHopInList: []string{"127.0.0.0/8"}}, reject)
+	add(&api.Conditions{AfiSafiIn: v6, NextHopInList: []string{"127.0.0.0/8"}}, reject)
+	return sets, &api.Policy{Name: policyName, Statements: st}
 }
 
-// syncNextHopPolicyLocked recomputes the local addresses of all sessions and their
-// other-family partners; when the result changed it installs the policy and
-// soft-resets the established sessions outbound so they get the corrected paths.
+// syncNextHopPolicyLocked computes every active peer's input and installs the
+// policy when it changed.
 func (s *Speaker) syncNextHopPolicyLocked(ctx context.Context) error {
 	if s.srv == nil {
 		return nil
 	}
-	locals := map[netip.Addr]netip.Addr{}
-	for a, e := range s.active {
-		l := s.sessionLocal[a]
-		if src, err := netip.ParseAddr(e.cfg.SourceAddress); err == nil {
+	var peers []policyPeer
+	for _, ap := range s.active {
+		l := ap.local
+		if src, err := netip.ParseAddr(ap.entry.cfg.SourceAddress); err == nil {
 			l = src.Unmap()
 		}
 		if !l.IsValid() {
@@ -130,58 +159,39 @@ func (s *Speaker) syncNextHopPolicyLocked(ctx context.Context) error {
 		if !p.IsValid() {
 			p = interfacePartner(l)
 		}
-		locals[l] = p
+		peers = append(peers, policyPeer{alias: ap.alias, local: l, partner: p})
 	}
-	if s.policyInstalled && mapsEqual(locals, s.nhSelf) {
+	slices.SortFunc(peers, func(a, b policyPeer) int { return a.alias.Compare(b.alias) })
+	if s.policyInstalled && slices.Equal(peers, s.nhSelf) {
 		return nil
 	}
-	pol := nextHopPolicy(locals)
-	if !s.policyInstalled {
-		// SetPolicies ignores assignments: add the policy, then assign it.
-		if err := s.srv.AddPolicy(ctx, &api.AddPolicyRequest{Policy: pol}); err != nil {
-			return fmt.Errorf("adding next-hop policy: %w", err)
-		}
-		if err := s.srv.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-			Name: "global", Direction: api.PolicyDirection_EXPORT,
-			Policies: []*api.Policy{{Name: policyName}}, DefaultAction: api.RouteAction_ACCEPT,
-		}}); err != nil {
-			return fmt.Errorf("assigning next-hop policy: %w", err)
-		}
-	} else if err := s.srv.SetPolicies(ctx, &api.SetPoliciesRequest{Policies: []*api.Policy{pol}}); err != nil {
-		// SetPolicies replaces the definitions and keeps the assignment by name.
-		return fmt.Errorf("updating next-hop policy: %w", err)
+	sets, pol := nextHopPolicy(peers)
+	if err := s.srv.SetPolicies(ctx, &api.SetPoliciesRequest{DefinedSets: sets, Policies: []*api.Policy{pol, importPolicy()}}); err != nil {
+		return fmt.Errorf("installing the next-hop policy: %w", err)
 	}
-	s.policyInstalled = true
+	if !s.policyInstalled {
+		// SetPolicies keeps assignments but makes none: assign the policies once.
+		for _, a := range []*api.PolicyAssignment{
+			{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_EXPORT, Policies: []*api.Policy{{Name: policyName}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT},
+			{Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT, Policies: []*api.Policy{{Name: importPolicyName}}, DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT},
+		} {
+			if err := s.srv.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: a}); err != nil {
+				return fmt.Errorf("assigning the %s policy: %w", a.Direction, err)
+			}
+		}
+		s.policyInstalled = true
+	}
 	prev := s.nhSelf
-	s.nhSelf = locals
-	for l, p := range locals {
-		if q, ok := prev[l]; ok && q == p {
+	s.nhSelf = peers
+	for _, p := range peers {
+		if slices.Contains(prev, p) {
 			continue // unchanged: logged before
 		}
-		if p.IsValid() {
-			s.log.V(2).Info("Next hop self of the other address family", "localAddress", l, "nextHop", p)
+		if p.partner.IsValid() {
+			s.log.V(2).Info("Next hop self of the other address family", "localAddress", p.local, "nextHop", p.partner)
 		} else {
-			s.log.Info("No address of the other family for next hop self on sessions from this local address: such paths are not sent there (set a session of that family, or the speaker's IPv4NextHop/IPv6NextHop)", "localAddress", l)
-		}
-	}
-	for a := range s.active {
-		if s.established[a] {
-			if err := s.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: a.String(), Soft: true, Direction: api.ResetPeerRequest_OUT}); err != nil {
-				s.log.Error(err, "Soft reset after next-hop policy change failed", "peer", a)
-			}
+			s.log.Info("No address of the other family for next hop self on sessions from this local address: such paths are not sent there (set a session of that family, or the speaker's IPv4NextHop/IPv6NextHop)", "localAddress", p.local)
 		}
 	}
 	return nil
-}
-
-func mapsEqual(a, b map[netip.Addr]netip.Addr) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -34,6 +35,8 @@ type childSpec struct {
 	OnStop   string
 	Peers    []config.BGPPeer
 	Prefixes []string
+	// IPv6NextHop is next hop self for IPv6 paths on IPv4 sessions (optional).
+	IPv6NextHop string
 }
 
 func TestMain(m *testing.M) {
@@ -47,11 +50,21 @@ func TestMain(m *testing.M) {
 // once the speaker is ready, and stops on SIGTERM.
 func runChildSpeaker(specJSON string) int {
 	var spec childSpec
+	if v := os.Getenv("BAREMETAL_CCM_TEST_SPEAKER_V"); v != "" {
+		// Verbose speaker logs when debugging a test: BAREMETAL_CCM_TEST_SPEAKER_V=5.
+		fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+		klog.InitFlags(fs)
+		_ = fs.Set("v", v)
+	}
 	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	sp, err := New(Config{LocalASN: spec.LocalASN, RouterID: netip.MustParseAddr(spec.RouterID), Peers: spec.Peers, OnStop: spec.OnStop, DeferSessions: true})
+	var nh6 netip.Addr
+	if spec.IPv6NextHop != "" {
+		nh6 = netip.MustParseAddr(spec.IPv6NextHop)
+	}
+	sp, err := New(Config{LocalASN: spec.LocalASN, RouterID: netip.MustParseAddr(spec.RouterID), Peers: spec.Peers, OnStop: spec.OnStop, DeferSessions: true, IPv6NextHop: nh6})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -1,45 +1,53 @@
 // Package bgp is the embedded BGP speaker: a desired-state front end to an
-// in-process GoBGP v3 server. Callers say what each source ("lb", "podcidr") wants
+// in-process GoBGP v4 server. Callers say what each source ("lb", "podcidr") wants
 // announced; the speaker diffs and announces or withdraws, keeps sessions to the
 // static peers of the CloudConfig and the dynamic (per-rack) peers of the inventory,
-// and withdraws everything and closes every session when Run's context ends.
+// and, in mode withdraw, withdraws everything and closes every session when Run's
+// context ends.
+//
+// Routers never talk to GoBGP directly: every session runs through package wire,
+// which owns the router's TCP connection, validates everything the router sends
+// with its own parser and gives GoBGP only what an export-only speaker needs
+// (see wire's package doc). GoBGP listens on a loopback port and knows each peer
+// by a loopback alias; a router's UPDATE never reaches GoBGP's parser, so no
+// message a router sends can crash the process: at worst its own session resets.
 //
 // Paths are IPv4 or IPv6 unicast. Every peer gets both families (IPv6 over MP-BGP on
 // an IPv4 session and vice versa) with ADD-PATH send, so a router that negotiates
 // ADD-PATH receive gets every next hop of a prefix (ECMP); a router without it gets
 // only GoBGP's best path.
 //
-// Next hops. A Path without NextHops is announced with next hop "self": GoBGP puts
-// the session's local address in it (eBGP and iBGP). For an IPv6 prefix on an IPv4
-// session there is no IPv6 session address; see nextHopSelfV6 in policy.go for what
-// the speaker does then. A Path with NextHops is announced once per next hop, each
-// with its own ADD-PATH identifier; GoBGP keeps an explicit next hop of a locally
-// originated path unchanged on eBGP (it rewrites only unspecified next hops), so
-// the router receives the node addresses as they are (the router must accept
-// third-party next hops: BIRD does for addresses on the shared subnet with
-// `next hop keep`).
+// Next hops. A Path without NextHops is announced with next hop "self": the local
+// address of the session's TCP connection to the router (see policy.go for how the
+// speaker gets it there, and for the other address family). A Path with NextHops
+// is announced once per next hop, each with its own ADD-PATH identifier, unchanged
+// (the router must accept third-party next hops: BIRD does for addresses on the
+// shared subnet with `next hop keep`).
+//
+// Lifetimes: a Speaker runs once (Run). Its GoBGP server, relays, BFD server and
+// goroutines live until Run returns; in mode retain the sessions are left open for
+// the process exit to close.
 package bgp
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/apiutil"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
-	"github.com/osrg/gobgp/v3/pkg/server"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bfd"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp/wire"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 )
 
@@ -80,11 +88,12 @@ type Config struct {
 	// on that session (see policy.go).
 	IPv4NextHop, IPv6NextHop netip.Addr
 	// OnStop is what the end of Run does: config.StopWithdraw (also when empty)
-	// withdraws every path and closes the sessions, confirmed at the routers' TCP
-	// (see stop.go); config.StopRetain leaves paths and sessions as they are for the
-	// process to exit, so graceful-restart routers keep the paths, and gives every
-	// peer graceful restart (its gracefulRestart time, default 120s) with the
-	// Restart State bit set at the next start.
+	// withdraws every path and closes the sessions with a Cease, waiting (bounded)
+	// until each router closed its side (see stop.go); config.StopRetain leaves
+	// paths and sessions as they are for the process to exit, so graceful-restart
+	// routers keep the paths, and gives every peer graceful restart (its
+	// gracefulRestart time, default 120s) with the Restart State bit set at the
+	// next start.
 	OnStop string
 	// DeferSessions opens no session until Synced is called: a (re)starting speaker
 	// then sends every path, and End-of-RIB after them, in its first UPDATEs.
@@ -115,12 +124,18 @@ type PeerStatus struct {
 	State string
 	// UpSince is when the session was established (zero unless established).
 	UpSince time.Time
-	// PrefixesSent counts the paths advertised to the peer, all families.
+	// PrefixesSent counts the paths the router holds from this session, all families.
 	PrefixesSent uint64
 	// Ready: established, and its first UPDATEs (everything, then End-of-RIB) sent.
 	Ready bool
-	// LastError is the last failed connection attempt while not established.
+	// LastError is why the last connection attempt failed, or the last session
+	// ended, while not established.
 	LastError string
+	// BFDHeld: BFD took the session down and connecting waits for BFD to be up.
+	BFDHeld bool
+	// BFDProblem says why BFD is configured but not up on an established session
+	// ("" when it is up, or not configured).
+	BFDProblem string
 }
 
 // peerEntry is a configured peer: the defaulted config and its password.
@@ -145,47 +160,76 @@ type Speaker struct {
 	baseComm  []uint32
 	baseLarge [][3]uint32
 
+	// peersMu serializes applyPeers (it is held while sessions finish, without mu).
+	peersMu sync.Mutex
+
 	mu sync.Mutex
 	// static are Config.Peers (keys fixed by New; a password may change).
 	static  map[netip.Addr]peerEntry
 	rib     *rib
 	dynamic map[netip.Addr]peerEntry
-	// active are the peers added to the running server.
-	active map[netip.Addr]peerEntry
-	srv    *server.BgpServer // nil unless running
-	log    klog.Logger
-	ran    bool
-	dirty  bool // a change failed; resync retries
-	// sessionLocal and established are learned from peer events.
-	sessionLocal map[netip.Addr]netip.Addr
-	established  map[netip.Addr]bool
+	// active are the peers added to the running server, by router address.
+	active map[netip.Addr]*activePeer
+	// aliases are the loopback addresses GoBGP knows the active peers by.
+	aliases map[netip.Addr]netip.Addr
+	srv     *server.BgpServer // nil unless running
+	inner   netip.AddrPort    // GoBGP's loopback listener
+	lis     *wire.Listener    // ListenPort > 0
+	wireCtx context.Context   // the relays' context (not Run's: mode retain leaves them)
+	log     klog.Logger
+	ran     bool
+	dirty   bool // a change failed; resync retries
 	// nhSelf is the installed next-hop policy's input (see policy.go).
-	nhSelf          map[netip.Addr]netip.Addr
+	nhSelf          []policyPeer
 	policyInstalled bool
 	// synced: Synced was called (sessions may open with DeferSessions).
 	synced bool
 	// restarting sets the Restart State bit on the peers added until the speaker is
 	// first ready (mode retain).
 	restarting bool
-	// state and upAt are learned from peer events: GoBGP's state and when the
-	// session was established.
-	state    map[netip.Addr]string
-	upAt     map[netip.Addr]time.Time
-	conns    map[netip.Addr]conn
-	health   map[netip.Addr]*peerHealth
-	connErrs *connErrors
-	prober   tcpProber
+	nextAlias  uint32
+	// kick asks the peer manager to apply the configured peers.
+	kick chan struct{}
 	// bfd runs the BFD sessions of peers with bfd configured; bfdPeers are those
 	// added to it.
 	bfd      *bfd.Server
 	bfdPeers map[netip.Addr]bfd.PeerConfig
+	// bfdWarnAfter is how long an established session's BFD may take to come up
+	// before the speaker warns (defaultBFDWarnAfter; tests shorten it).
+	bfdWarnAfter time.Duration
 
 	// events queues GoBGP's peer events for handleEvents: GoBGP calls the watcher from
-	// its own loop, and handling an event takes mu, which callers of GoBGP (DeletePeer
-	// under mu) may hold; queueing keeps GoBGP's loop from ever waiting on mu.
+	// its own loop, and handling an event takes mu, which callers of GoBGP may hold;
+	// queueing keeps GoBGP's loop from ever waiting on mu.
 	evMu     sync.Mutex
-	evQueue  []*api.WatchEventResponse
+	evQueue  []*apiutil.WatchEventMessage_PeerEvent
 	evSignal chan struct{}
+}
+
+// activePeer is a peer added to the running server.
+type activePeer struct {
+	entry peerEntry
+	alias netip.Addr
+	wire  *wire.Peer
+	// local is the session's local address (from the relay), zero before the first
+	// connection.
+	local netip.Addr
+	// state and upAt are GoBGP's session state and when it was established.
+	state  string
+	upAt   time.Time
+	health *peerHealth
+	// bfdHeld: BFD took the session down; connecting waits until BFD is up.
+	bfdHeld bool
+	// bfdEverUp: the peer's BFD session has been up; bfdProblem says why it is not
+	// (see checkBFDLocked).
+	bfdEverUp  bool
+	bfdProblem string
+	// bfdKeep: BFD came up again after holding the session down; it keeps running
+	// until the session is established (see wantBFDLocked).
+	bfdKeep bool
+	// bfdDownAt is when the router signaled BFD down (zero: it did not, or BFD is
+	// up again); see neighborDownGrace.
+	bfdDownAt time.Time
 }
 
 // New validates cfg and returns a Speaker that is not running yet. Errors wrap
@@ -211,23 +255,19 @@ func New(cfg Config) (*Speaker, error) {
 	errs = append(errs, config.ValidateCommunities(cfg.Communities, p.Child("communities"))...)
 	errs = append(errs, config.ValidateLargeCommunities(cfg.LargeCommunities, p.Child("largeCommunities"))...)
 	s := &Speaker{
-		cfg:          cfg,
-		static:       map[netip.Addr]peerEntry{},
-		rib:          newRIB(),
-		dynamic:      map[netip.Addr]peerEntry{},
-		active:       map[netip.Addr]peerEntry{},
-		log:          klog.Background().WithName("bgp"),
-		sessionLocal: map[netip.Addr]netip.Addr{},
-		established:  map[netip.Addr]bool{},
-		evSignal:     make(chan struct{}, 1),
-		restarting:   cfg.OnStop == config.StopRetain,
-		state:        map[netip.Addr]string{},
-		upAt:         map[netip.Addr]time.Time{},
-		conns:        map[netip.Addr]conn{},
-		health:       map[netip.Addr]*peerHealth{},
-		connErrs:     newConnErrors(),
-		prober:       sockDiag{},
-		bfdPeers:     map[netip.Addr]bfd.PeerConfig{},
+		cfg:        cfg,
+		static:     map[netip.Addr]peerEntry{},
+		rib:        newRIB(),
+		dynamic:    map[netip.Addr]peerEntry{},
+		active:     map[netip.Addr]*activePeer{},
+		aliases:    map[netip.Addr]netip.Addr{},
+		log:        klog.Background().WithName("bgp"),
+		evSignal:   make(chan struct{}, 1),
+		kick:       make(chan struct{}, 1),
+		restarting: cfg.OnStop == config.StopRetain,
+		bfdPeers:   map[netip.Addr]bfd.PeerConfig{},
+
+		bfdWarnAfter: defaultBFDWarnAfter,
 	}
 	if cfg.OnStop != "" && cfg.OnStop != config.StopWithdraw && cfg.OnStop != config.StopRetain {
 		errs = append(errs, field.NotSupported(p.Child("onStop"), cfg.OnStop, []string{config.StopWithdraw, config.StopRetain}))
@@ -297,13 +337,13 @@ func makePeer(in config.BGPPeer, p *field.Path, dynamic bool) (peerEntry, field.
 
 // Run starts the GoBGP server, adds the peers (with DeferSessions, once Synced is
 // called) and announces the desired state, then serves until ctx ends. On the way
-// out, in mode withdraw, it withdraws every path and closes every session with a
-// Cease NOTIFICATION (a Hard Reset where negotiated), and returns once the routers'
-// TCP acknowledged both (bounded; see stop.go), so routers drop the speaker's
-// routes at once, graceful restart or not; in mode retain it leaves the sessions
-// for the process exit to close. It returns nil then, or an error if the server
-// cannot start (for example the listen port is taken) or a static peer cannot be
-// added. Run may be called once.
+// out, in mode withdraw, it withdraws every path from every router and closes each
+// session with a Cease NOTIFICATION (a Hard Reset where negotiated), and returns
+// once every router closed its side or 2 s passed (see stop.go), so routers drop
+// the speaker's routes at once, graceful restart or not; in mode retain it leaves
+// the sessions for the process exit to close. It returns nil then, or an error if
+// the server cannot start (for example the listen port is taken) or a static peer
+// cannot be added. Run may be called once.
 func (s *Speaker) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("bgp")
 	s.mu.Lock()
@@ -313,15 +353,40 @@ func (s *Speaker) Run(ctx context.Context) error {
 	}
 	s.ran = true
 	s.log = logger
-	srv := server.NewBgpServer(server.LoggerOption(klogAdapter{l: logger.WithName("gobgp"), connErrs: s.connErrs}))
-	go srv.Serve() // GoBGP v3's Serve never returns: one idle goroutine stays after Run.
+	s.mu.Unlock()
 
-	if err := s.start(ctx, srv); err != nil {
+	srv, inner, err := startServer(ctx, logger, s.cfg)
+	if err != nil {
+		return err
+	}
+	wireCtx, stopWires := context.WithCancel(context.WithoutCancel(ctx))
+	s.mu.Lock()
+	s.wireCtx = wireCtx
+	s.inner = inner
+	if s.cfg.ListenPort > 0 {
+		lis, err := wire.Listen(ctx, int(s.cfg.ListenPort), logger.WithName("listener"))
+		if err != nil {
+			s.mu.Unlock()
+			stopWires()
+			srv.Stop()
+			return err
+		}
+		s.lis = lis
+	}
+	if err := s.startLocked(ctx, srv); err != nil {
 		s.mu.Unlock()
-		stopServer(srv)
+		stopWires()
+		if s.lis != nil {
+			s.lis.Close()
+		}
+		srv.Stop()
 		return err
 	}
 	s.mu.Unlock()
+	if err := s.applyPeers(true); err != nil {
+		s.shutdown(stopWires)
+		return err
+	}
 	// BFD stops after the BGP sessions (shutdown), so its AdminDown follows the Cease.
 	bfdCtx, stopBFD := context.WithCancel(context.WithoutCancel(ctx))
 	bfdDone := make(chan struct{})
@@ -350,10 +415,14 @@ func (s *Speaker) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			s.shutdown()
+			s.shutdown(stopWires)
 			return nil
 		case <-s.evSignal:
 			s.handleEvents()
+		case <-s.kick:
+			if err := s.applyPeers(false); err != nil {
+				logger.Error(err, "Applying the BGP peers failed; retrying at the next change or resync")
+			}
 		case <-health.C:
 			s.checkHealth()
 		case <-tick.C:
@@ -362,24 +431,39 @@ func (s *Speaker) Run(ctx context.Context) error {
 				s.reconcileLocked()
 			}
 			s.mu.Unlock()
-			s.updatePrefixMetrics()
 		}
 	}
 }
 
-func (s *Speaker) start(ctx context.Context, srv *server.BgpServer) error {
+// startServer starts a GoBGP server that listens on a free loopback port for the
+// relays' connections (see package wire) and on nothing else.
+func startServer(ctx context.Context, logger klog.Logger, cfg Config) (*server.BgpServer, netip.AddrPort, error) {
+	var last error
+	for range 5 {
+		port, err := freeLoopbackPort()
+		if err != nil {
+			return nil, netip.AddrPort{}, fmt.Errorf("finding a loopback port for the BGP server: %w", err)
+		}
+		srv := server.NewBgpServer(server.LoggerOption(newSlogLogger(logger.WithName("gobgp")), nil))
+		go srv.Serve()
+		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		err = srv.StartBgp(opCtx, &api.StartBgpRequest{Global: &api.Global{
+			Asn: cfg.LocalASN, RouterId: cfg.RouterID.String(), ListenPort: int32(port), ListenAddresses: []string{innerHost.String()},
+		}})
+		cancel()
+		if err == nil {
+			return srv, netip.AddrPortFrom(innerHost, uint16(port)), nil
+		}
+		srv.Stop()
+		last = err
+	}
+	return nil, netip.AddrPort{}, fmt.Errorf("starting BGP server: %w", last)
+}
+
+func (s *Speaker) startLocked(ctx context.Context, srv *server.BgpServer) error {
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	port := s.cfg.ListenPort
-	if port == 0 {
-		port = -1 // GoBGP: no listener
-	}
-	if err := srv.StartBgp(opCtx, &api.StartBgpRequest{Global: &api.Global{
-		Asn: s.cfg.LocalASN, RouterId: s.cfg.RouterID.String(), ListenPort: port,
-	}}); err != nil {
-		return fmt.Errorf("starting BGP server: %w", err)
-	}
-	if err := srv.WatchEvent(context.WithoutCancel(ctx), &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, s.enqueueEvent); err != nil {
+	if err := srv.WatchEvent(context.WithoutCancel(ctx), server.WatchEventMessageCallbacks{OnPeerUpdate: s.enqueueEvent}, server.WatchPeer()); err != nil {
 		return fmt.Errorf("watching BGP peer events: %w", err)
 	}
 	s.srv = srv
@@ -388,12 +472,6 @@ func (s *Speaker) start(ctx context.Context, srv *server.BgpServer) error {
 		return err
 	}
 	s.reconcileLocked()
-	if s.openLocked() {
-		if err := s.openSessionsLocked(opCtx); err != nil {
-			s.srv = nil
-			return err
-		}
-	}
 	return nil
 }
 
@@ -403,122 +481,23 @@ func (s *Speaker) openLocked() bool {
 	return s.srv != nil && (!s.cfg.DeferSessions || s.synced)
 }
 
-// openSessionsLocked adds the static peers (an error is returned) and the dynamic
-// ones (errors are logged; SetPeers retries).
-func (s *Speaker) openSessionsLocked(ctx context.Context) error {
-	for _, e := range sortedPeers(s.static) {
-		if _, ok := s.active[e.addr]; ok {
-			continue
-		}
-		if err := s.addPeerLocked(ctx, e); err != nil {
-			return err
-		}
-	}
-	for _, e := range sortedPeers(s.dynamic) {
-		if _, static := s.static[e.addr]; static {
-			continue
-		}
-		if _, ok := s.active[e.addr]; ok {
-			continue
-		}
-		if err := s.addPeerLocked(ctx, e); err != nil {
-			s.log.Error(err, "Adding dynamic BGP peer failed; retrying on the next SetPeers", "peer", e.addr)
-		}
-	}
-	return nil
-}
-
 // Synced tells a speaker with DeferSessions that every source has announced its
 // complete state: the sessions open now (or when Run starts), so each router
 // receives every path before End-of-RIB. It is idempotent; a static peer that
 // cannot be added is returned as an error.
 func (s *Speaker) Synced() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.synced {
+		s.mu.Unlock()
 		return nil
 	}
 	s.synced = true
-	if s.srv == nil {
+	running := s.srv != nil
+	s.mu.Unlock()
+	if !running {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	return s.openSessionsLocked(ctx)
-}
-
-func sortedPeers(m map[netip.Addr]peerEntry) []peerEntry {
-	out := make([]peerEntry, 0, len(m))
-	for _, e := range m {
-		out = append(out, e)
-	}
-	slices.SortFunc(out, func(a, b peerEntry) int { return a.addr.Compare(b.addr) })
-	return out
-}
-
-// shutdown ends the speaker as Config.OnStop says.
-//
-// Mode withdraw: every path withdrawn and every session closed with a Cease, both
-// confirmed at the routers' TCP (withdrawAndClose, stop.go), then, only if the
-// speaker listens, StopBgp to close the listener. StopBgp is skipped otherwise: in
-// GoBGP v3.37.0 it rewrites the server config while the closing sessions'
-// goroutines may still read it (a data race inside GoBGP), and with no listener
-// there is nothing left for it to release.
-//
-// Mode retain: nothing is sent; the sessions stay up until the process exits and
-// the kernel closes the connections without a NOTIFICATION, which graceful-restart
-// routers treat as a restart: they keep the paths for the restart time.
-func (s *Speaker) shutdown() {
-	s.mu.Lock()
-	srv := s.srv
-	s.srv = nil // from here on no other method touches the server
-	if srv == nil {
-		s.mu.Unlock()
-		return
-	}
-	n := len(s.rib.applied)
-	logger := s.log
-	if s.cfg.OnStop == config.StopRetain {
-		s.mu.Unlock()
-		logger.Info("BGP speaker stopped for a restart: paths and sessions left for the process exit; graceful-restart routers keep the paths until this host's next start refreshes them", "paths", n)
-		return
-	}
-	s.rib.reset()
-	peers := sortedPeers(s.active)
-	var conns []conn
-	for _, e := range peers {
-		if c, ok := s.conns[e.addr]; ok && s.established[e.addr] {
-			conns = append(conns, c)
-		}
-	}
-	s.active = map[netip.Addr]peerEntry{}
-	s.established = map[netip.Addr]bool{}
-	s.mu.Unlock()
-	// GoBGP delivers the peer events these calls cause to onEvent, which takes s.mu:
-	// the lock must not be held here.
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	confirmed, unconfirmed := withdrawAndClose(ctx, logger, srv, peers, conns, s.prober)
-	for _, e := range peers {
-		forgetPeerMetrics(e.addr.String())
-	}
-	if s.cfg.ListenPort > 0 {
-		stopServer(srv)
-	}
-	logger.Info("BGP speaker stopped: paths withdrawn, sessions closed", "withdrawn", n, "sessionsConfirmed", confirmed, "sessionsUnconfirmed", unconfirmed)
-}
-
-// stopServer closes every session with a Cease and waits (bounded) for it.
-func stopServer(srv *server.BgpServer) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.StopBgp(context.Background(), &api.StopBgpRequest{})
-	}()
-	select {
-	case <-done:
-	case <-time.After(shutdownTimeout):
-	}
+	return s.applyPeers(true)
 }
 
 // Announce sets the desired paths of one source, replacing what it wanted before:
@@ -540,34 +519,65 @@ func (s *Speaker) Announce(source string, paths []Path) {
 	s.reconcileLocked()
 }
 
-// reconcileLocked applies the diff between desired and applied paths.
+// reconcileLocked applies the diff between desired and applied paths, in one
+// call to GoBGP per kind of change.
 func (s *Speaker) reconcileLocked() {
 	if s.srv == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
 	s.dirty = false
-	for _, c := range s.rib.plan() {
-		p, err := toAPIPath(c)
-		if err == nil {
-			if c.withdraw {
-				err = s.srv.DeletePath(ctx, &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Family: p.Family, Path: p})
-			} else {
-				_, err = s.srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: p})
-			}
+	plan := s.rib.plan()
+	if len(plan) == 0 {
+		return
+	}
+	var adds, dels []change
+	for _, c := range plan {
+		if c.withdraw {
+			dels = append(dels, c)
+		} else {
+			adds = append(adds, c)
 		}
+	}
+	s.applyLocked(adds, "Announced", func(ps []*apiutil.Path) error {
+		_, err := s.srv.AddPath(apiutil.AddPathRequest{Paths: ps})
+		return err
+	})
+	s.applyLocked(dels, "Withdrew", func(ps []*apiutil.Path) error {
+		return s.srv.DeletePath(apiutil.DeletePathRequest{Paths: ps})
+	})
+}
+
+// applyLocked hands GoBGP one batch of changes and commits them. GoBGP reports
+// that a batch failed, not which path: then they are applied one by one (adding
+// a path again replaces it), and those that fail are retried at the next resync.
+func (s *Speaker) applyLocked(cs []change, did string, apply func([]*apiutil.Path) error) {
+	paths := make([]*apiutil.Path, 0, len(cs))
+	ok := make([]change, 0, len(cs))
+	for _, c := range cs {
+		p, err := toAPIPath(c)
 		if err != nil {
+			s.log.Error(err, "Building BGP path failed", "prefix", c.key.prefix)
+			continue
+		}
+		paths, ok = append(paths, p), append(ok, c)
+	}
+	if len(paths) == 0 {
+		return
+	}
+	if err := apply(paths); err == nil {
+		for _, c := range ok {
+			s.rib.commit(c)
+			s.log.V(2).Info(did+" BGP path", "prefix", c.key.prefix, "nextHop", nextHopString(c.key.nextHop), "pathID", c.id)
+		}
+		return
+	}
+	for i, c := range ok {
+		if err := apply(paths[i : i+1]); err != nil {
 			s.dirty = true
 			s.log.Error(err, "Updating BGP path failed; will retry", "prefix", c.key.prefix, "nextHop", nextHopString(c.key.nextHop), "withdraw", c.withdraw)
 			continue
 		}
 		s.rib.commit(c)
-		if c.withdraw {
-			s.log.V(2).Info("Withdrew BGP path", "prefix", c.key.prefix, "nextHop", nextHopString(c.key.nextHop))
-		} else {
-			s.log.V(2).Info("Announced BGP path", "prefix", c.key.prefix, "nextHop", nextHopString(c.key.nextHop), "pathID", c.id)
-		}
 	}
 }
 
@@ -579,444 +589,59 @@ func nextHopString(a netip.Addr) string {
 }
 
 // toAPIPath builds GoBGP's representation of a change.
-func toAPIPath(c change) (*api.Path, error) {
+func toAPIPath(c change) (*apiutil.Path, error) {
 	pfx := c.key.prefix
-	var nlri bgp.AddrPrefixInterface
+	nlri, err := bgp.NewIPAddrPrefix(pfx)
+	if err != nil {
+		return nil, err
+	}
 	nh := c.key.nextHop
-	if pfx.Addr().Is4() {
-		nlri = bgp.NewIPAddrPrefix(uint8(pfx.Bits()), pfx.Addr().String())
-		if !nh.IsValid() {
-			nh = netip.IPv4Unspecified()
-		}
-	} else {
-		nlri = bgp.NewIPv6AddrPrefix(uint8(pfx.Bits()), pfx.Addr().String())
-		if !nh.IsValid() {
+	fam := bgp.RF_IPv4_UC
+	if !pfx.Addr().Is4() {
+		fam = bgp.RF_IPv6_UC
+	}
+	if !nh.IsValid() {
+		nh = netip.IPv4Unspecified()
+		if fam == bgp.RF_IPv6_UC {
 			nh = netip.IPv6Unspecified()
 		}
 	}
-	nlri.SetPathIdentifier(c.id)
-	pattrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
-	if pfx.Addr().Is4() {
-		pattrs = append(pattrs, bgp.NewPathAttributeNextHop(nh.String()))
+	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
+	if fam == bgp.RF_IPv4_UC {
+		a, err := bgp.NewPathAttributeNextHop(nh)
+		if err != nil {
+			return nil, err
+		}
+		attrs = append(attrs, a)
 	} else {
-		pattrs = append(pattrs, bgp.NewPathAttributeMpReachNLRI(nh.String(), []bgp.AddrPrefixInterface{nlri}))
+		a, err := bgp.NewPathAttributeMpReachNLRI(fam, []bgp.PathNLRI{{NLRI: nlri, ID: c.id}}, nh)
+		if err != nil {
+			return nil, err
+		}
+		attrs = append(attrs, a)
 	}
 	if len(c.attrs.communities) > 0 {
-		pattrs = append(pattrs, bgp.NewPathAttributeCommunities(c.attrs.communities))
+		attrs = append(attrs, bgp.NewPathAttributeCommunities(c.attrs.communities))
 	}
 	if len(c.attrs.large) > 0 {
 		lc := make([]*bgp.LargeCommunity, 0, len(c.attrs.large))
 		for _, l := range c.attrs.large {
 			lc = append(lc, bgp.NewLargeCommunity(l[0], l[1], l[2]))
 		}
-		pattrs = append(pattrs, bgp.NewPathAttributeLargeCommunities(lc))
+		attrs = append(attrs, bgp.NewPathAttributeLargeCommunities(lc))
 	}
 	if c.attrs.hasLocalPref {
-		pattrs = append(pattrs, bgp.NewPathAttributeLocalPref(c.attrs.localPref))
+		attrs = append(attrs, bgp.NewPathAttributeLocalPref(c.attrs.localPref))
 	}
-	return apiutil.NewPath(nlri, c.withdraw, pattrs, time.Now())
+	return &apiutil.Path{Family: fam, Nlri: nlri, Attrs: attrs, Withdrawal: c.withdraw, RemoteID: c.id, Age: time.Now().Unix()}, nil
 }
 
-// SetPeers replaces the dynamic peer set (per-rack peers from the inventory): new
-// peers are added, missing ones removed (their sessions closed with a Cease),
-// changed ones (any setting or the password file's content) re-created. Static
-// peers are always kept; a dynamic peer with a static peer's address is ignored.
-// Invalid peers are skipped and reported in the returned error (wrapping
-// ErrInvalidConfig or ErrPassword); the valid rest is applied. May be called before
-// Run.
-func (s *Speaker) SetPeers(peers []config.BGPPeer) error {
-	var errs []error
-	next := map[netip.Addr]peerEntry{}
-	for i := range peers {
-		e, fe, err := makePeer(peers[i], field.NewPath("peers").Index(i), true)
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-			continue
-		case len(fe) > 0:
-			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, fe.ToAggregate()))
-			continue
-		}
-		next[e.addr] = e
-	}
+// AppliedPaths returns how many paths the speaker has announced (0 when stopped).
+func (s *Speaker) AppliedPaths() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for a := range next {
-		if _, static := s.static[a]; static {
-			delete(next, a)
-		}
-	}
-	if len(errs) > 0 {
-		// Keep a peer whose new config is unusable as it was, rather than dropping it.
-		for a, e := range s.dynamic {
-			if _, ok := next[a]; !ok && peerListed(peers, a) {
-				next[a] = e
-			}
-		}
-	}
-	s.dynamic = next
-	if !s.openLocked() {
-		return errors.Join(errs...)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	for _, e := range sortedPeers(s.active) {
-		if !e.dynamic {
-			continue
-		}
-		if n, ok := next[e.addr]; !ok || !n.equal(e) {
-			if err := s.deletePeerLocked(ctx, e); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	for _, e := range sortedPeers(next) {
-		if old, ok := s.active[e.addr]; ok {
-			if !bfdEqual(old.cfg.BFD, e.cfg.BFD) {
-				s.active[e.addr] = e // new BFD timers: no new BGP session
-			}
-			continue
-		}
-		if err := s.addPeerLocked(ctx, e); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	s.syncBFDLocked()
-	return errors.Join(errs...)
-}
-
-// RefreshPasswords re-reads the password files of the static peers (Config.Peers)
-// and re-creates the session of each peer whose password changed, so a rotated
-// password applies without a restart. A file that cannot be read, or is empty, keeps
-// the peer as it is and is reported in the error (wrapping ErrPassword).
-func (s *Speaker) RefreshPasswords() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var errs []error
-	changed := map[netip.Addr]peerEntry{}
-	for a, e := range s.static {
-		if e.cfg.PasswordFile == "" {
-			continue
-		}
-		n, _, err := makePeer(e.cfg, field.NewPath("peers"), false)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if n.password != e.password {
-			changed[a] = n
-		}
-	}
-	if len(changed) == 0 {
-		return errors.Join(errs...)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	for _, e := range sortedPeers(changed) {
-		if old, active := s.active[e.addr]; s.openLocked() && active {
-			if err := s.deletePeerLocked(ctx, old); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-		}
-		s.static[e.addr] = e
-		if s.openLocked() {
-			if err := s.addPeerLocked(ctx, e); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-		}
-		s.log.Info("Applied a changed TCP-MD5 password", "peer", e.addr)
-	}
-	return errors.Join(errs...)
-}
-
-func peerListed(peers []config.BGPPeer, a netip.Addr) bool {
-	for _, p := range peers {
-		if pa, err := netip.ParseAddr(p.Address); err == nil && pa.Unmap() == a {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *Speaker) addPeerLocked(ctx context.Context, e peerEntry) error {
-	if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: toAPIPeer(e, s.cfg.OnStop == config.StopRetain, s.restarting)}); err != nil {
-		return fmt.Errorf("adding BGP peer %s: %w", e.addr, err)
-	}
-	s.active[e.addr] = e
-	s.syncBFDLocked()
-	s.state[e.addr] = "idle"
-	s.health[e.addr] = &peerHealth{downSince: time.Now()}
-	s.connErrs.forget(e.addr)
-	s.countDownLocked()
-	sessionUp.WithLabelValues(e.addr.String()).Set(0)
-	s.log.Info("Added BGP peer", "peer", e.addr, "asn", e.cfg.ASN, "dynamic", e.dynamic, "md5", e.password != "")
-	return s.syncNextHopPolicyLocked(ctx)
-}
-
-func (s *Speaker) deletePeerLocked(ctx context.Context, e peerEntry) error {
-	if err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: e.addr.String()}); err != nil {
-		return fmt.Errorf("removing BGP peer %s: %w", e.addr, err)
-	}
-	delete(s.active, e.addr)
-	s.syncBFDLocked()
-	delete(s.sessionLocal, e.addr)
-	delete(s.established, e.addr)
-	delete(s.state, e.addr)
-	delete(s.upAt, e.addr)
-	delete(s.conns, e.addr)
-	delete(s.health, e.addr)
-	s.connErrs.forget(e.addr)
-	s.countDownLocked()
-	forgetPeerMetrics(e.addr.String())
-	s.log.Info("Removed BGP peer", "peer", e.addr, "asn", e.cfg.ASN)
-	return s.syncNextHopPolicyLocked(ctx)
-}
-
-func seconds(d time.Duration) uint64 {
-	if d <= 0 {
+	if s.srv == nil {
 		return 0
 	}
-	return uint64((d + time.Second - 1) / time.Second)
-}
-
-// grDeferral is how long a restarting speaker waits for the routers' End-of-RIB
-// before it sends its own paths anyway (RFC 4724's selection deferral).
-const grDeferral = 10
-
-// toAPIPeer converts a defaulted peer to GoBGP's form: both unicast families with
-// ADD-PATH send; graceful restart if configured or retain is set (restart time the
-// peer's, else config.DefaultBGPRetainRestartTime), always with the RFC 8538 "N"
-// bit, so a Cease is sent as a Hard Reset to routers that negotiate it, and with
-// the Restart State bit when restarting.
-func toAPIPeer(e peerEntry, retain, restarting bool) *api.Peer {
-	c := e.cfg
-	p := &api.Peer{
-		Conf:      &api.PeerConf{NeighborAddress: e.addr.String(), PeerAsn: c.ASN, AuthPassword: e.password},
-		Transport: &api.Transport{RemotePort: uint32(c.Port), LocalAddress: c.SourceAddress},
-		Timers: &api.Timers{Config: &api.TimersConfig{
-			ConnectRetry:      seconds(durOf(c.ConnectRetry)),
-			HoldTime:          seconds(durOf(c.HoldTime)),
-			KeepaliveInterval: seconds(durOf(c.KeepaliveTime)),
-			// After a reset (BFD down) reconnect as soon as a connection attempt would,
-			// not after GoBGP's 30 s default.
-			IdleHoldTimeAfterReset: max(1, seconds(durOf(c.ConnectRetry))),
-		}},
-	}
-	if c.EBGPMultihop > 0 {
-		p.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: uint32(c.EBGPMultihop)}
-	}
-	restart := durOf(c.GracefulRestart)
-	if restart <= 0 && retain {
-		restart = config.DefaultBGPRetainRestartTime
-	}
-	gr := restart > 0
-	if gr {
-		p.GracefulRestart = &api.GracefulRestart{
-			Enabled: true, RestartTime: uint32(seconds(restart)), NotificationEnabled: true,
-			LocalRestarting: restarting, DeferralTime: grDeferral,
-		}
-	}
-	for _, afi := range []api.Family_Afi{api.Family_AFI_IP, api.Family_AFI_IP6} {
-		a := &api.AfiSafi{
-			Config:   &api.AfiSafiConfig{Family: &api.Family{Afi: afi, Safi: api.Family_SAFI_UNICAST}, Enabled: true},
-			AddPaths: &api.AddPaths{Config: &api.AddPathsConfig{SendMax: 255}},
-		}
-		if gr {
-			a.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
-		}
-		p.AfiSafis = append(p.AfiSafis, a)
-	}
-	return p
-}
-
-// enqueueEvent is GoBGP's watcher: it only queues the event (never blocks).
-func (s *Speaker) enqueueEvent(r *api.WatchEventResponse) {
-	s.evMu.Lock()
-	s.evQueue = append(s.evQueue, r)
-	s.evMu.Unlock()
-	select {
-	case s.evSignal <- struct{}{}:
-	default:
-	}
-}
-
-// handleEvents handles the queued events in order.
-func (s *Speaker) handleEvents() {
-	s.evMu.Lock()
-	q := s.evQueue
-	s.evQueue = nil
-	s.evMu.Unlock()
-	for _, r := range q {
-		s.onEvent(r)
-	}
-}
-
-// onEvent handles GoBGP peer events: state metrics and log lines.
-func (s *Speaker) onEvent(r *api.WatchEventResponse) {
-	pe := r.GetPeer()
-	if pe == nil || pe.Type != api.WatchEventResponse_PeerEvent_STATE || pe.Peer == nil || pe.Peer.State == nil {
-		return
-	}
-	addr := pe.Peer.State.NeighborAddress
-	if a, err := netip.ParseAddr(addr); err == nil {
-		addr = a.Unmap().String()
-	}
-	state := stateName(pe.Peer.State.SessionState)
-	var local netip.Addr
-	if t := pe.Peer.Transport; t != nil {
-		if l, err := netip.ParseAddr(t.LocalAddress); err == nil {
-			local = l.Unmap()
-		}
-	}
-	a, _ := netip.ParseAddr(addr)
-	s.mu.Lock()
-	logger := s.log
-	_, known := s.active[a]
-	if known && s.srv != nil {
-		was := s.established[a]
-		s.established[a] = state == "established"
-		s.state[a] = state
-		switch {
-		case state == "established" && !was:
-			s.upAt[a] = time.Now()
-			if c, ok := connFromEvent(a, pe.Peer.Transport); ok {
-				s.conns[a] = c
-			}
-			s.health[a] = &peerHealth{}
-			s.connErrs.forget(a)
-		case state != "established" && was:
-			delete(s.upAt, a)
-			delete(s.conns, a)
-			s.health[a] = &peerHealth{downSince: time.Now()}
-		}
-		s.countDownLocked()
-		if state == "established" && local.IsValid() && s.sessionLocal[a] != local {
-			s.sessionLocal[a] = local
-			s.syncBFDLocked()
-			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			if err := s.syncNextHopPolicyLocked(ctx); err != nil {
-				logger.Error(err, "Updating next-hop policy failed", "peer", addr)
-			}
-			cancel()
-		}
-	}
-	s.mu.Unlock()
-	stateChanges.WithLabelValues(addr, state).Inc()
-	if known {
-		up := 0.0
-		if state == "established" {
-			up = 1
-		}
-		sessionUp.WithLabelValues(addr).Set(up)
-	}
-	kv := []any{"peer", addr, "state", state, "asn", pe.Peer.State.PeerAsn}
-	if local.IsValid() {
-		kv = append(kv, "localAddress", local)
-	}
-	logger.Info("BGP session state changed", kv...)
-	if state == "established" {
-		go s.updatePrefixMetrics()
-	}
-}
-
-func stateName(st api.PeerState_SessionState) string {
-	switch st {
-	case api.PeerState_IDLE:
-		return "idle"
-	case api.PeerState_CONNECT:
-		return "connect"
-	case api.PeerState_ACTIVE:
-		return "active"
-	case api.PeerState_OPENSENT:
-		return "opensent"
-	case api.PeerState_OPENCONFIRM:
-		return "openconfirm"
-	case api.PeerState_ESTABLISHED:
-		return "established"
-	default:
-		return "unknown"
-	}
-}
-
-// listPeers returns GoBGP's view of the peers, or nil when not running.
-func (s *Speaker) listPeers() []*api.Peer {
-	s.mu.Lock()
-	srv := s.srv
-	if srv == nil {
-		s.mu.Unlock()
-		return nil
-	}
-	var out []*api.Peer
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	err := srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) { out = append(out, p) })
-	s.mu.Unlock()
-	if err != nil {
-		return nil
-	}
-	return out
-}
-
-func (s *Speaker) updatePrefixMetrics() {
-	for _, p := range s.listPeers() {
-		addr, ok := peerAddr(p)
-		if !ok {
-			continue
-		}
-		adv := advertised(p)
-		for _, fam := range []string{"ipv4", "ipv6"} {
-			if n, ok := adv[fam]; ok {
-				prefixesAnnounced.WithLabelValues(addr.String(), fam).Set(float64(n))
-			} else {
-				prefixesAnnounced.DeleteLabelValues(addr.String(), fam) // not negotiated, or down
-			}
-		}
-	}
-}
-
-// Peers returns the status of every configured peer (static and dynamic), sorted
-// by address.
-func (s *Speaker) Peers() []PeerStatus {
-	live := map[netip.Addr]*api.Peer{}
-	for _, p := range s.listPeers() {
-		if p.State == nil {
-			continue
-		}
-		if a, err := netip.ParseAddr(p.State.NeighborAddress); err == nil {
-			live[a.Unmap()] = p
-		}
-	}
-	s.mu.Lock()
-	all := map[netip.Addr]peerEntry{}
-	for a, e := range s.dynamic {
-		all[a] = e
-	}
-	for a, e := range s.static {
-		all[a] = e
-	}
-	upAt, conns, prober := maps.Clone(s.upAt), maps.Clone(s.conns), s.prober
-	s.mu.Unlock()
-	out := make([]PeerStatus, 0, len(all))
-	for _, e := range sortedPeers(all) {
-		st := PeerStatus{Address: e.addr, ASN: e.cfg.ASN, Dynamic: e.dynamic, State: "stopped"}
-		if p, ok := live[e.addr]; ok {
-			st.State = stateName(p.State.SessionState)
-			if st.State == "established" && p.Timers != nil && p.Timers.State != nil && p.Timers.State.Uptime != nil {
-				st.UpSince = p.Timers.State.Uptime.AsTime()
-			}
-			for _, n := range advertised(p) {
-				st.PrefixesSent += n
-			}
-			st.Ready = peerReady(p, upAt[e.addr], conns[e.addr], prober)
-		}
-		if st.State != "established" {
-			if err := s.connErrs.get(e.addr); err != nil {
-				st.LastError = err.Error()
-			}
-		}
-		out = append(out, st)
-	}
-	return out
+	return len(s.rib.applied)
 }

@@ -170,21 +170,38 @@ func TestToAPIPath(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", c.key, err)
 		}
-		if p.Identifier != c.id || p.IsWithdraw != c.withdraw {
-			t.Errorf("%v: identifier %d withdraw %v", c.key, p.Identifier, p.IsWithdraw)
+		if p.RemoteID != c.id || p.Withdrawal != c.withdraw || p.Nlri.String() != c.key.prefix.String() {
+			t.Errorf("%v: identifier %d withdraw %v nlri %v", c.key, p.RemoteID, p.Withdrawal, p.Nlri)
+		}
+		wantAttrs := 2 + len(c.attrs.large) + len(c.attrs.communities)
+		if c.attrs.hasLocalPref {
+			wantAttrs++
+		}
+		if len(p.Attrs) != wantAttrs {
+			t.Errorf("%v: %d attributes %v, want %d", c.key, len(p.Attrs), p.Attrs, wantAttrs)
 		}
 	}
 }
 
 func TestNextHopPolicy(t *testing.T) {
+	a1, a2 := netip.MustParseAddr("127.77.0.1"), netip.MustParseAddr("127.77.0.2")
 	l4, l6 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")
-	pol := nextHopPolicy(map[netip.Addr]netip.Addr{l4: l6, l6: {}})
-	// One translation (l6 has no partner), then the three catch-alls.
-	if len(pol.Statements) != 4 {
-		t.Fatalf("statements = %v", pol.Statements)
+	sets, pol := nextHopPolicy([]policyPeer{{alias: a1, local: l4, partner: l6}, {alias: a2, local: l6}, {alias: netip.MustParseAddr("127.77.0.3")}})
+	// Two statements per peer with a local address, then the two loopback rejects.
+	if len(sets) != 2 || len(pol.Statements) != 6 {
+		t.Fatalf("sets %v, statements %v", sets, pol.Statements)
 	}
-	s0 := pol.Statements[0]
-	if s0.Conditions.NextHopInList[0] != "10.0.0.1/32" || s0.Actions.Nexthop.Address != "fd00::1" {
-		t.Errorf("translation statement = %v", s0)
+	if sets[0].List[0] != "127.77.0.1/32" {
+		t.Errorf("neighbor set = %v", sets[0])
+	}
+	s0, s1, s3 := pol.Statements[0], pol.Statements[1], pol.Statements[3]
+	if s0.Conditions.NeighborSet.Name != sets[0].Name || s0.Conditions.NextHopInList[0] != "127.0.0.1/32" || s0.Actions.Nexthop.Address != "10.0.0.1" {
+		t.Errorf("same-family statement = %v", s0)
+	}
+	if s1.Actions.Nexthop.Address != "fd00::1" || s1.Conditions.AfiSafiIn[0].Afi != 2 {
+		t.Errorf("other-family statement = %v", s1)
+	}
+	if s3.Actions.Nexthop != nil || s3.Actions.RouteAction != 2 {
+		t.Errorf("no partner: want reject, got %v", s3)
 	}
 }

@@ -2,270 +2,109 @@ package bgp
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/netip"
-	"os"
-	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/server"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp/wire"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 )
 
 // A clean stop in mode withdraw (config.StopWithdraw) must be complete at the
-// router: every withdrawal received, then a Cease that tells a graceful-restart
-// helper to drop the session's paths at once rather than keep them as stale.
+// router: every withdrawal read, then a Cease that tells a graceful-restart helper
+// to drop the session's paths at once rather than keep them as stale.
 //
-// GoBGP's DeletePeer does not give that: it puts the NOTIFICATION on a side
-// channel and cancels the session, whose writer drops the UPDATEs still queued
-// (the withdrawals), and the process may exit before anything is written; the
-// router then sees a bare TCP close, which graceful restart treats as a restart.
-// Even a Cease written in order is not enough: GoBGP closes the socket right
-// after writing it, and a close with unread received data (a KEEPALIVE that just
-// arrived) makes the kernel send a RST and drop whatever is still unsent.
+// The relay (package wire) owns each router connection, so the stop is its own:
+// for every session at once, it stops passing GoBGP's output, writes the
+// withdrawals of every path the router holds, then a Cease "Administrative
+// Shutdown" (wrapped in a Hard Reset where the router negotiated RFC 8538), and
+// waits until the router closes its side: a router closes only after it has read
+// the NOTIFICATION, so everything before it has been read too. Only then does the
+// relay close its socket. A router that has not closed within 2 s (finishWait) is
+// logged as unconfirmed and the connection closed anyway.
 //
-// The speaker therefore stops so:
+// Waiting for the router's close, not for TCP acknowledgements, matters for a busy
+// router: FRR's bgpd that is slow to read (paused for a second) has its kernel
+// acknowledge every byte long before bgpd reads them, and a FIN that arrives
+// meanwhile makes bgpd drop what it has not processed yet and keep the paths as
+// stale for its restart time.
+
+// finishWait bounds the wait for the routers to close their side at a stop.
+const finishWait = 2 * time.Second
+
+// shutdown ends the speaker as Config.OnStop says.
 //
-//  1. it takes a second reference (dup) to the socket of every established
-//     session, found by its addresses (sock_diag gives the inode, /proc/self/fd
-//     the descriptor), so GoBGP's close of its descriptor sends nothing;
-//  2. every path is deleted from the global table: GoBGP queues the withdrawals on
-//     each session's outgoing queue;
-//  3. each peer is disabled: GoBGP queues a Cease "administrative shutdown" behind
-//     the withdrawals (sent as the RFC 8538 Hard Reset where the router negotiated
-//     the "N" bit), writes it, closes its descriptor and leaves Established;
-//  4. the speaker waits until the socket's send queue is empty (SIOCOUTQ: every
-//     byte written, the Cease included, acknowledged by the router's TCP), and only
-//     then closes its own reference, which sends the FIN.
+// Mode withdraw: every session finished as above, in parallel; then the relays,
+// the listener and the GoBGP server stop.
 //
-// A socket that cannot be held, or is not acknowledged within the deadline, is
-// logged as unconfirmed.
-
-// tcpProber reads the kernel's view of a TCP connection (sock_diag in production).
-type tcpProber interface {
-	// probe returns the state of the connection local->remote, the bytes sent but not
-	// yet acknowledged, and whether the kernel still has the socket.
-	probe(local, remote netip.AddrPort) (state uint8, unacked uint32, found bool, err error)
-	// hold returns a second reference to the connection's socket.
-	hold(local, remote netip.AddrPort) (heldSocket, error)
-}
-
-// heldSocket is a second reference to a session's socket.
-type heldSocket interface {
-	// outq is the number of bytes written and not yet acknowledged by the peer.
-	outq() (int, error)
-	// Close drops the reference (the last one sends the FIN).
-	Close() error
-}
-
-// Linux TCP states (include/net/tcp_states.h).
-const tcpEstablished = 1
-
-// conn is an established session's TCP connection.
-type conn struct {
-	peer          netip.Addr
-	local, remote netip.AddrPort
-}
-
-// connFromEvent is the TCP connection of a session that a peer event reports
-// established (GoBGP's ListPeer gives only the configured ports).
-func connFromEvent(peer netip.Addr, t *api.Transport) (conn, bool) {
-	if t == nil || t.LocalPort == 0 || t.RemotePort == 0 {
-		return conn{}, false
+// Mode retain: nothing is sent; the sessions stay up until the process exits and
+// the kernel closes the connections without a NOTIFICATION, which graceful-restart
+// routers treat as a restart: they keep the paths for the restart time.
+func (s *Speaker) shutdown(stopWires context.CancelFunc) {
+	s.peersMu.Lock()
+	defer s.peersMu.Unlock()
+	s.mu.Lock()
+	srv := s.srv
+	s.srv = nil // from here on no other method touches the server
+	if srv == nil {
+		s.mu.Unlock()
+		return
 	}
-	local, err := netip.ParseAddr(t.LocalAddress)
-	if err != nil {
-		return conn{}, false
+	n := len(s.rib.applied)
+	logger := s.log
+	if s.cfg.OnStop == config.StopRetain {
+		s.mu.Unlock()
+		logger.Info("BGP speaker stopped for a restart: paths and sessions left for the process exit; graceful-restart routers keep the paths until this host's next start refreshes them", "paths", n)
+		return
 	}
-	return conn{peer: peer, local: netip.AddrPortFrom(local.Unmap(), uint16(t.LocalPort)), remote: netip.AddrPortFrom(peer, uint16(t.RemotePort))}, true
+	s.rib.reset()
+	peers := make([]*activePeer, 0, len(s.active))
+	for _, ap := range s.active {
+		peers = append(peers, ap)
+	}
+	s.active = map[netip.Addr]*activePeer{}
+	lis := s.lis
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), finishWait)
+	defer cancel()
+	var confirmed, unconfirmed atomic.Int32
+	var wg sync.WaitGroup
+	for _, ap := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			up := ap.wire.Status().Established
+			ok := ap.wire.Finish(ctx, wire.Cease(wire.SubCeaseAdminShutdown, "baremetal-ccm stopping"), true)
+			switch {
+			case ok:
+				confirmed.Add(1)
+			case up:
+				unconfirmed.Add(1)
+				logger.Info("Warning: the router did not close the session within the stop's wait; it may keep stale paths until its hold or restart timer", "peer", ap.entry.addr, "wait", finishWait)
+			}
+			forgetPeerMetrics(ap.entry.addr.String())
+		}()
+	}
+	wg.Wait()
+	stopWires()
+	if lis != nil {
+		lis.Close()
+	}
+	stopServer(srv)
+	logger.Info("BGP speaker stopped: paths withdrawn, sessions closed", "withdrawn", n, "sessionsConfirmed", confirmed.Load(), "sessionsUnconfirmed", unconfirmed.Load())
 }
 
-// establishedPeers returns the peers whose session GoBGP has established.
-func establishedPeers(ctx context.Context, srv *server.BgpServer) map[netip.Addr]bool {
-	out := map[netip.Addr]bool{}
-	_ = srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
-		if a, ok := peerAddr(p); ok && p.State.SessionState == api.PeerState_ESTABLISHED {
-			out[a] = true
-		}
-	})
-	return out
-}
-
-// withdrawAndClose is the stop of mode withdraw (see the comment above); conns
-// are the connections of the sessions established when the stop began. It returns
-// how many sessions were confirmed flushed at the router and how many were not.
-func withdrawAndClose(ctx context.Context, logger klog.Logger, srv *server.BgpServer, peers []peerEntry, conns []conn, prober tcpProber) (confirmed, unconfirmed int) {
-	held := map[conn]heldSocket{}
-	for _, c := range conns {
-		h, err := prober.hold(c.local, c.remote)
-		if err != nil {
-			logger.Info("Warning: cannot hold the session's socket; its withdrawals will not be confirmed", "peer", c.peer, "err", err)
-			continue
-		}
-		held[c] = h
-	}
-	defer func() {
-		for _, h := range held {
-			_ = h.Close()
-		}
+// stopServer stops GoBGP (its sessions are the relays', already closed), bounded.
+func stopServer(srv interface{ Stop() }) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Stop()
 	}()
-	if err := srv.DeletePath(ctx, &api.DeletePathRequest{TableType: api.TableType_GLOBAL}); err != nil {
-		logger.Error(err, "Withdrawing all paths failed; closing sessions anyway")
+	select {
+	case <-done:
+	case <-time.After(shutdownTimeout):
 	}
-	for _, e := range peers {
-		if err := srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: e.addr.String(), Communication: "baremetal-ccm stopping"}); err != nil {
-			logger.Error(err, "Closing BGP session failed", "peer", e.addr)
-		}
-	}
-	// GoBGP has written the Cease once the session left Established.
-	waitUntil(ctx, 10*time.Millisecond, func() bool {
-		up := establishedPeers(ctx, srv)
-		for _, c := range conns {
-			if up[c.peer] {
-				return false
-			}
-		}
-		return true
-	})
-	// The router's TCP acknowledged every byte.
-	waitUntil(ctx, 5*time.Millisecond, func() bool {
-		for c, h := range held {
-			n, err := h.outq()
-			if err != nil || n > 0 {
-				if err != nil {
-					logger.V(2).Info("Reading the send queue failed", "peer", c.peer, "err", err)
-				}
-				continue
-			}
-			confirmed++
-			logger.V(2).Info("The router acknowledged every withdrawal and the Cease", "peer", c.peer)
-			_ = h.Close()
-			delete(held, c)
-		}
-		return len(held) == 0
-	})
-	for c := range held {
-		logger.Info("Warning: the router did not acknowledge the withdrawals and the Cease in time; it may keep stale paths until its hold or restart timer", "peer", c.peer, "local", c.local, "remote", c.remote)
-	}
-	unconfirmed = len(conns) - confirmed
-	for _, e := range peers {
-		if err := srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: e.addr.String()}); err != nil {
-			logger.V(2).Info("Deleting the disabled peer failed", "peer", e.addr, "err", err)
-		}
-	}
-	return confirmed, unconfirmed
-}
-
-// waitUntil polls cond every interval until it holds or ctx ends.
-func waitUntil(ctx context.Context, interval time.Duration, cond func() bool) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// sockDiag reads TCP connections with sock_diag (netlink INET_DIAG).
-type sockDiag struct{}
-
-var _ tcpProber = sockDiag{}
-
-func (sockDiag) probe(local, remote netip.AddrPort) (uint8, uint32, bool, error) {
-	s, err := findSocket(local, remote)
-	if err != nil || s == nil {
-		return 0, 0, false, err
-	}
-	return s.State, s.WQueue, true, nil
-}
-
-// findSocket returns the kernel's TCP socket local->remote, nil if there is none.
-func findSocket(local, remote netip.AddrPort) (*netlink.Socket, error) {
-	family := uint8(unix.AF_INET)
-	if local.Addr().Is6() {
-		family = unix.AF_INET6
-	}
-	socks, err := diagTCP(family)
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range socks {
-		l, ok1 := netip.AddrFromSlice(s.ID.Source)
-		r, ok2 := netip.AddrFromSlice(s.ID.Destination)
-		if !ok1 || !ok2 {
-			continue
-		}
-		if netip.AddrPortFrom(l.Unmap(), s.ID.SourcePort) == local && netip.AddrPortFrom(r.Unmap(), s.ID.DestinationPort) == remote {
-			return s, nil
-		}
-	}
-	return nil, nil
-}
-
-// hold finds the socket's descriptor in this process by its inode and duplicates
-// it, checking that the duplicate is that socket (the descriptor may have been
-// closed and reused in between).
-func (sockDiag) hold(local, remote netip.AddrPort) (heldSocket, error) {
-	s, err := findSocket(local, remote)
-	if err != nil {
-		return nil, err
-	}
-	if s == nil || s.State != tcpEstablished {
-		return nil, fmt.Errorf("no established TCP connection %s -> %s", local, remote)
-	}
-	want := "socket:[" + strconv.FormatUint(uint64(s.INode), 10) + "]"
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if link, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || link != want {
-			continue
-		}
-		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("duplicating the socket of %s -> %s: %w", local, remote, err)
-		}
-		var st unix.Stat_t
-		if err := unix.Fstat(dup, &st); err != nil || st.Ino != uint64(s.INode) {
-			_ = unix.Close(dup)
-			return nil, fmt.Errorf("the socket of %s -> %s closed while being held", local, remote)
-		}
-		return heldFD(dup), nil
-	}
-	return nil, fmt.Errorf("no descriptor of this process holds %s -> %s", local, remote)
-}
-
-// heldFD is a duplicated socket descriptor.
-type heldFD int
-
-func (h heldFD) outq() (int, error) { return unix.IoctlGetInt(int(h), unix.SIOCOUTQ) }
-
-func (h heldFD) Close() error { return unix.Close(int(h)) }
-
-// diagTCP dumps the TCP sockets of a family, retrying a dump the kernel interrupted.
-func diagTCP(family uint8) ([]*netlink.Socket, error) {
-	var err error
-	for range 3 {
-		var socks []*netlink.Socket
-		socks, err = netlink.SocketDiagTCP(family)
-		if err == nil {
-			return socks, nil
-		}
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return nil, err
-		}
-	}
-	return nil, err
 }

@@ -272,6 +272,9 @@ func (e *Explainer) Node(ctx context.Context, name string) (string, error) {
 			if p.LastError != "" {
 				line += ", last error: " + p.LastError
 			}
+			if p.BFDProblem != "" {
+				line += ", " + p.BFDProblem
+			}
 			b.WriteString(line + "\n")
 		}
 	}

@@ -52,6 +52,9 @@ type Peer struct {
 	BFD string `json:"bfd,omitempty"`
 	// LastError is the last failed connection attempt while not established.
 	LastError string `json:"lastError,omitempty"`
+	// BFDProblem says why BFD is configured but not up on an established session
+	// (BFD then protects nothing).
+	BFDProblem string `json:"bfdProblem,omitempty"`
 }
 
 // Up reports whether at least one session is established.
