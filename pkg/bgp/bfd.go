@@ -29,9 +29,10 @@ import (
 // bfdWarnAfter (15 s) is a warning (checkBFDLocked) and shows in PeerStatus.BFDProblem:
 // BFD then protects nothing.
 
-// bfdHoldMax bounds how long a session that BFD took down waits for BFD: a router
-// that starts its BFD session only once BGP is up would otherwise never get one.
-const bfdHoldMax = 30 * time.Second
+// defaultBFDHoldMax bounds how long a session that BFD took down waits for BFD
+// (Speaker.bfdHoldMax): a router that starts its BFD session only once BGP is up
+// would otherwise never get one.
+const defaultBFDHoldMax = 30 * time.Second
 
 // defaultBFDWarnAfter is how long an established session's BFD may take to come
 // up before the speaker warns.
@@ -110,19 +111,21 @@ func (s *Speaker) onBFD(st bfd.SessionState) {
 		held := ap.bfdHeld
 		if held {
 			ap.bfdHeld, ap.bfdKeep = false, true
+			ap.bfdGen++ // the hold's timer releases nothing any more
+			gen := ap.bfdGen
+			time.AfterFunc(s.bfdHoldMax, func() {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if ap.bfdKeep && ap.bfdGen == gen {
+					ap.bfdKeep = false
+					s.syncBFDLocked()
+				}
+			})
 		}
 		s.mu.Unlock()
 		if held {
 			logger.Info("BFD session up again: connecting the BGP session", "peer", st.Peer)
 			ap.wire.SetGate(true)
-			time.AfterFunc(bfdHoldMax, func() {
-				s.mu.Lock()
-				defer s.mu.Unlock()
-				if ap.bfdKeep {
-					ap.bfdKeep = false
-					s.syncBFDLocked()
-				}
-			})
 		}
 		return
 	case st.State == bfd.StateDown && st.PreviousState == bfd.StateUp && st.RemoteState != bfd.StateAdminDown:
@@ -132,10 +135,10 @@ func (s *Speaker) onBFD(st bfd.SessionState) {
 		return
 	}
 	if ap.state != "established" {
-		// Not established (BFD came up and the session is being connected): hold.
-		ap.bfdHeld, ap.bfdKeep = true, false
+		// Not established (BFD came up and the session is being connected): hold
+		// again, as long as for any failure.
+		s.holdForBFDLocked(ap, st.Peer)
 		s.mu.Unlock()
-		ap.wire.SetGate(false)
 		return
 	}
 	if st.Diag == bfd.DiagNeighborSignaledDown {
@@ -161,22 +164,32 @@ func (s *Speaker) onBFD(st bfd.SessionState) {
 // connecting until BFD is up again, at most bfdHoldMax.
 func (s *Speaker) bfdDown(ap *activePeer, st bfd.SessionState) {
 	s.mu.Lock()
-	ap.bfdHeld, ap.bfdKeep = true, false
+	s.holdForBFDLocked(ap, st.Peer)
 	logger := s.log
 	s.mu.Unlock()
 	logger.Info("BFD session down: ending the BGP session until BFD is up again", "peer", st.Peer, "diag", st.Diag.String())
-	ap.wire.SetGate(false)
 	ap.wire.Reset(wire.Cease(wire.SubCeaseBFDDown, ""), false)
-	time.AfterFunc(bfdHoldMax, func() {
+}
+
+// holdForBFDLocked holds the peer's connecting until BFD is up again or
+// bfdHoldMax passed. Each hold has its own generation: the timer of an earlier
+// hold (released by BFD coming up, then held again) releases nothing.
+func (s *Speaker) holdForBFDLocked(ap *activePeer, peer netip.Addr) {
+	ap.bfdHeld, ap.bfdKeep = true, false
+	ap.bfdGen++
+	gen := ap.bfdGen
+	ap.wire.SetGate(false)
+	logger := s.log
+	time.AfterFunc(s.bfdHoldMax, func() {
 		s.mu.Lock()
-		still := s.active[st.Peer] == ap && ap.bfdHeld
+		still := s.active[peer] == ap && ap.bfdHeld && ap.bfdGen == gen
 		if still {
 			ap.bfdHeld = false
 			s.syncBFDLocked()
 		}
 		s.mu.Unlock()
 		if still {
-			logger.Info("BFD still down: connecting the BGP session anyway", "peer", st.Peer, "after", bfdHoldMax)
+			logger.Info("BFD still down: connecting the BGP session anyway", "peer", peer, "after", s.bfdHoldMax)
 			ap.wire.SetGate(true)
 		}
 	})

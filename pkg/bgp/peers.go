@@ -305,20 +305,27 @@ func (s *Speaker) hooks(ap *activePeer) wire.Hooks {
 		},
 		Ended: func(error) bool {
 			s.mu.Lock()
-			srv := s.srv
-			current := s.active[addr] == ap
-			established := ap.state == "established"
-			s.mu.Unlock()
-			if srv == nil || !current || !established {
-				// GoBGP reads a reset only in Established; asked in another state it
-				// would send it at the start of the next session.
+			defer s.mu.Unlock()
+			if s.srv == nil || s.active[addr] != ap {
 				return false
 			}
-			// GoBGP's side ends next: reset it, so GoBGP takes the next session
-			// after IdleHoldTimeAfterReset rather than its 5 s idle hold time.
+			// GoBGP's side ends next: re-create GoBGP's peer. A fresh FSM takes
+			// the next session at once (after a session it saw fail, GoBGP refuses
+			// connections for 5 s), and carries nothing of this one (GoBGP v4.8.0
+			// sends a reset asked in another state than Established at the start
+			// of the next session, killing it).
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			defer cancel()
-			return srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: ap.alias.String(), Communication: "router session ended"}) == nil
+			if err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: ap.alias.String()}); err != nil {
+				s.log.V(2).Info("Deleting the ended session's peer from the server failed", "peer", addr, "err", err)
+				return false
+			}
+			if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: toAPIPeer(ap.entry, ap.alias, s.cfg.OnStop == config.StopRetain, s.restarting)}); err != nil {
+				s.log.Error(err, "Adding the BGP peer to the server again failed; retrying at the next change", "peer", addr)
+				delete(s.active, addr) // applyPeers adds it again
+				go s.kickPeers()
+			}
+			return true
 		},
 		Sent: func(paths map[wire.Family]int) {
 			peer := addr.String()

@@ -176,9 +176,11 @@ type Speaker struct {
 	inner   netip.AddrPort    // GoBGP's loopback listener
 	lis     *wire.Listener    // ListenPort > 0
 	wireCtx context.Context   // the relays' context (not Run's: mode retain leaves them)
-	log     klog.Logger
-	ran     bool
-	dirty   bool // a change failed; resync retries
+	// watchCtx is GoBGP's event watcher's; it ends with Run.
+	watchCtx context.Context
+	log      klog.Logger
+	ran      bool
+	dirty    bool // a change failed; resync retries
 	// nhSelf is the installed next-hop policy's input (see policy.go).
 	nhSelf          []policyPeer
 	policyInstalled bool
@@ -195,8 +197,9 @@ type Speaker struct {
 	bfd      *bfd.Server
 	bfdPeers map[netip.Addr]bfd.PeerConfig
 	// bfdWarnAfter is how long an established session's BFD may take to come up
-	// before the speaker warns (defaultBFDWarnAfter; tests shorten it).
-	bfdWarnAfter time.Duration
+	// before the speaker warns, bfdHoldMax how long a session BFD took down waits
+	// for BFD (defaultBFDWarnAfter, defaultBFDHoldMax; tests shorten them).
+	bfdWarnAfter, bfdHoldMax time.Duration
 
 	// events queues GoBGP's peer events for handleEvents: GoBGP calls the watcher from
 	// its own loop, and handling an event takes mu, which callers of GoBGP may hold;
@@ -227,6 +230,9 @@ type activePeer struct {
 	// bfdKeep: BFD came up again after holding the session down; it keeps running
 	// until the session is established (see wantBFDLocked).
 	bfdKeep bool
+	// bfdGen counts the holds (holdForBFDLocked), so an earlier hold's timer
+	// releases no later hold.
+	bfdGen uint64
 	// bfdDownAt is when the router signaled BFD down (zero: it did not, or BFD is
 	// up again); see neighborDownGrace.
 	bfdDownAt time.Time
@@ -268,6 +274,7 @@ func New(cfg Config) (*Speaker, error) {
 		bfdPeers:   map[netip.Addr]bfd.PeerConfig{},
 
 		bfdWarnAfter: defaultBFDWarnAfter,
+		bfdHoldMax:   defaultBFDHoldMax,
 	}
 	if cfg.OnStop != "" && cfg.OnStop != config.StopWithdraw && cfg.OnStop != config.StopRetain {
 		errs = append(errs, field.NotSupported(p.Child("onStop"), cfg.OnStop, []string{config.StopWithdraw, config.StopRetain}))
@@ -360,8 +367,11 @@ func (s *Speaker) Run(ctx context.Context) error {
 		return err
 	}
 	wireCtx, stopWires := context.WithCancel(context.WithoutCancel(ctx))
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch() // GoBGP's event watcher ends with Run
 	s.mu.Lock()
 	s.wireCtx = wireCtx
+	s.watchCtx = watchCtx
 	s.inner = inner
 	if s.cfg.ListenPort > 0 {
 		lis, err := wire.Listen(ctx, int(s.cfg.ListenPort), logger.WithName("listener"))
@@ -463,7 +473,7 @@ func startServer(ctx context.Context, logger klog.Logger, cfg Config) (*server.B
 func (s *Speaker) startLocked(ctx context.Context, srv *server.BgpServer) error {
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	if err := srv.WatchEvent(context.WithoutCancel(ctx), server.WatchEventMessageCallbacks{OnPeerUpdate: s.enqueueEvent}, server.WatchPeer()); err != nil {
+	if err := srv.WatchEvent(s.watchCtx, server.WatchEventMessageCallbacks{OnPeerUpdate: s.enqueueEvent}, server.WatchPeer()); err != nil {
 		return fmt.Errorf("watching BGP peer events: %w", err)
 	}
 	s.srv = srv

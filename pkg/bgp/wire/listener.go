@@ -25,13 +25,15 @@ type Listener struct {
 	log klog.Logger
 	lns []*net.TCPListener
 
-	mu    sync.Mutex
-	peers map[netip.Addr]*Peer
+	mu     sync.Mutex
+	peers  map[netip.Addr]*Peer
+	conns  map[*net.TCPConn]bool // accepted, waiting for their OPEN or a Peer
+	closed bool
 }
 
 // Listen listens on port of every address (IPv4 and IPv6 wildcard).
 func Listen(ctx context.Context, port int, logger klog.Logger) (*Listener, error) {
-	l := &Listener{log: logger, peers: map[netip.Addr]*Peer{}}
+	l := &Listener{log: logger, peers: map[netip.Addr]*Peer{}, conns: map[*net.TCPConn]bool{}}
 	lc := net.ListenConfig{}
 	lc.SetMultipathTCP(false) // TCP-MD5 does not work with MPTCP
 	for _, network := range []string{"tcp4", "tcp6"} {
@@ -55,11 +57,36 @@ func Listen(ctx context.Context, port int, logger klog.Logger) (*Listener, error
 	return l, nil
 }
 
-// Close stops accepting.
+// Close stops accepting and closes the connections that were accepted and not
+// handed to a Peer yet.
 func (l *Listener) Close() {
 	for _, ln := range l.lns {
 		_ = ln.Close()
 	}
+	l.mu.Lock()
+	l.closed = true
+	for c := range l.conns {
+		_ = c.Close()
+	}
+	l.mu.Unlock()
+}
+
+// track records an accepted connection until untrack; it reports false (and the
+// caller closes it) once the Listener is closed.
+func (l *Listener) track(c *net.TCPConn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.conns[c] = true
+	return true
+}
+
+func (l *Listener) untrack(c *net.TCPConn) {
+	l.mu.Lock()
+	delete(l.conns, c)
+	l.mu.Unlock()
 }
 
 // Register routes the connections from the Peer's router address to it, and sets
@@ -126,6 +153,11 @@ func (l *Listener) accept(ln *net.TCPListener) {
 
 // handle reads the OPEN of an accepted connection and offers it to its Peer.
 func (l *Listener) handle(c *net.TCPConn) {
+	if !l.track(c) {
+		_ = c.Close()
+		return
+	}
+	defer l.untrack(c)
 	remote := addrPort(c.RemoteAddr())
 	l.mu.Lock()
 	p := l.peers[remote.Addr()]
@@ -143,9 +175,14 @@ func (l *Listener) handle(c *net.TCPConn) {
 	_ = c.SetReadDeadline(time.Now().Add(openWait))
 	m, err := ReadMessage(c, MaxLen)
 	var o *Open
-	if err == nil && m.Type == TypeOpen {
+	switch {
+	case err == nil && m.Type == TypeOpen:
 		o, err = ParseOpen(m.Body)
-	} else if err == nil {
+	case err == nil && m.Type == TypeNotification:
+		l.log.V(2).Info("The router refused the connection it opened", "remote", remote, "notification", ParseNotification(m.Body).String())
+		_ = c.Close()
+		return
+	case err == nil:
 		err = malformed(CodeFSM, 0, nil, "%s before OPEN", TypeName(m.Type))
 	}
 	if err != nil {

@@ -67,8 +67,13 @@ type Open struct {
 	FourOctetAS                   bool
 
 	myAS uint16
-	caps []capability // validated, in order
+	caps []capability // validated, in order, each family once (see ParseOpen)
 	raw  []byte       // the message as received (set by the caller)
+
+	grHeader []byte          // graceful restart: flags and restart time
+	grFams   map[Family]byte // graceful restart: per-family flags (the last one wins)
+	grOrder  []Family        // graceful restart: families in first-seen order
+	apOrder  []Family        // ADD-PATH: families in first-seen order
 }
 
 // rawBytes is the OPEN as it was received.
@@ -115,7 +120,49 @@ func ParseOpen(body []byte) (*Open, error) {
 	if len(o.Families) == 0 {
 		o.Families = []Family{IPv4Unicast}
 	}
+	o.addMerged()
+	if !o.encodable() {
+		return nil, malformed(CodeOpen, SubOpenUnspecific, nil, "the OPEN's capabilities do not fit in one OPEN once merged (%d families)", len(o.Families))
+	}
 	return o, nil
+}
+
+// addMerged adds the graceful restart and ADD-PATH capabilities, each once with
+// each family once (a router may repeat them; the last entry of a family wins, as
+// in GoBGP).
+func (o *Open) addMerged() {
+	if o.grHeader != nil {
+		v := slices.Clone(o.grHeader)
+		for _, f := range o.grOrder {
+			v = append(v, byte(f.AFI>>8), byte(f.AFI), f.SAFI, o.grFams[f])
+		}
+		o.caps = append(o.caps, capability{code: capGracefulRestart, value: v})
+	}
+	if len(o.apOrder) > 0 {
+		var v []byte
+		for _, f := range o.apOrder {
+			v = append(v, byte(f.AFI>>8), byte(f.AFI), f.SAFI, o.AddPath[f])
+		}
+		o.caps = append(o.caps, capability{code: capAddPath, value: v})
+	}
+}
+
+// encodable reports whether Bytes can encode the capabilities: every one in an
+// optional parameter of at most 255 bytes, all of them in at most 255.
+func (o *Open) encodable() bool {
+	caps := o.caps
+	if capsLen(caps) > 255 {
+		caps = unicastOnly(caps)
+	}
+	if capsLen(caps) > 255 {
+		return false
+	}
+	for _, c := range caps {
+		if 2+len(c.value) > 255 {
+			return false
+		}
+	}
+	return true
 }
 
 type optParam struct {
@@ -174,9 +221,10 @@ func (o *Open) addCapability(c capability, seen map[uint8]bool) error {
 			return bad("multiprotocol")
 		}
 		f := Family{AFI: binary.BigEndian.Uint16(v), SAFI: v[3]}
-		if !slices.Contains(o.Families, f) {
-			o.Families = append(o.Families, f)
+		if slices.Contains(o.Families, f) {
+			return nil // once is enough
 		}
+		o.Families = append(o.Families, f)
 	case capRouteRefresh, capExtendedMessage, capEnhancedRR:
 		if len(v) != 0 {
 			return bad("route refresh/extended message")
@@ -191,11 +239,21 @@ func (o *Open) addCapability(c capability, seen map[uint8]bool) error {
 		if len(v) < 2 || (len(v)-2)%4 != 0 {
 			return bad("graceful restart")
 		}
-		if seen[c.code] {
-			return nil
+		if !seen[c.code] {
+			o.GracefulRestart = true
+			o.Notification = v[0]&0x40 != 0
+			o.grHeader = slices.Clone(v[:2])
+			o.grFams = map[Family]byte{}
 		}
-		o.GracefulRestart = true
-		o.Notification = v[0]&0x40 != 0
+		seen[c.code] = true
+		for t := v[2:]; len(t) > 0; t = t[4:] {
+			f := Family{AFI: binary.BigEndian.Uint16(t), SAFI: t[2]}
+			if _, ok := o.grFams[f]; !ok {
+				o.grOrder = append(o.grOrder, f)
+			}
+			o.grFams[f] = t[3]
+		}
+		return nil // added once, merged, by addMerged
 	case capFourOctetAS:
 		if len(v) != 4 {
 			return bad("4-octet AS")
@@ -213,8 +271,13 @@ func (o *Open) addCapability(c capability, seen map[uint8]bool) error {
 			if t[3] < 1 || t[3] > 3 {
 				return bad("ADD-PATH")
 			}
-			o.AddPath[Family{AFI: binary.BigEndian.Uint16(t), SAFI: t[2]}] = t[3]
+			f := Family{AFI: binary.BigEndian.Uint16(t), SAFI: t[2]}
+			if _, ok := o.AddPath[f]; !ok {
+				o.apOrder = append(o.apOrder, f)
+			}
+			o.AddPath[f] = t[3]
 		}
+		return nil // added once, merged, by addMerged
 	default:
 		return nil // not passed on: it changes nothing either side encodes
 	}

@@ -137,8 +137,24 @@ func (p *Peer) Start(ctx context.Context) {
 	p.mu.Unlock()
 	go func() {
 		defer close(p.done)
+		defer p.drainIncoming()
 		p.loop(ctx)
 	}()
+}
+
+// drainIncoming refuses the connections offered to a Peer whose loop ended (a
+// collision resolved for the router's connection just before Finish).
+func (p *Peer) drainIncoming() {
+	for {
+		select {
+		case c := <-p.incoming:
+			_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = c.c.Write(Cease(SubCeasePeerDeconfig, "").Bytes())
+			_ = c.c.Close()
+		default:
+			return
+		}
+	}
 }
 
 // Done is closed when the Peer's connection loop has ended.
@@ -316,7 +332,9 @@ func (p *Peer) Reset(n Notification, hard bool) {
 	s := p.sess
 	p.mu.Unlock()
 	if s != nil {
-		s.end(n, hard, false, false)
+		// In the background: a router that reads nothing may block the write for
+		// up to the hold time, and the caller (BFD) must not wait for that.
+		go s.end(n, hard, false, false)
 	}
 }
 
@@ -341,6 +359,7 @@ func (p *Peer) Finish(ctx context.Context, n Notification, withdraw bool) (confi
 		case <-ctx.Done():
 		}
 	}
+	p.drainIncoming() // offered while the loop was ending
 	p.setState(StateIdle, nil)
 	return confirmed
 }
@@ -367,6 +386,17 @@ func (p *Peer) offer(c *net.TCPConn, o *Open, prefix []byte) bool {
 	}
 	select {
 	case p.incoming <- accepted{c: c, prefix: prefix}:
+		p.mu.Lock()
+		finished := p.finished
+		p.mu.Unlock()
+		select {
+		case <-p.done:
+			finished = true
+		default:
+		}
+		if finished {
+			p.drainIncoming() // Finish may have drained before it was queued
+		}
 		return true
 	case <-time.After(closeWait + time.Second):
 		return false

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -47,18 +49,27 @@ type session struct {
 	established bool
 	timedOut    bool // the router side ended on our read deadline, not the router's close
 
-	// wmu serializes writes to the router; it guards cut and rib.
+	// wmu serializes writes to the router; it guards rib. A write may block for up
+	// to the hold time (a router that does not read): nothing that reports status
+	// takes wmu.
 	wmu       sync.Mutex
-	cut       bool // GoBGP's output is no longer passed on: the session is ending
 	rib       *ribOut
 	ribBroken bool // an UPDATE of GoBGP's did not parse: withdrawals are not exact
+	// cut: GoBGP's output is no longer passed on, the session is ending (set under
+	// wmu, read without it).
+	cut atomic.Bool
+	// sent is what the router holds per family (see sentLocked), kept apart from
+	// wmu for status readers.
+	sentMu sync.Mutex
+	sent   map[Family]int
 
 	routerDone chan struct{} // closed when the router side's reader returned
+	runDone    chan struct{} // closed when run returned
 	endOnce    sync.Once
 }
 
 func newSession(p *Peer, in accepted, log klog.Logger) *session {
-	s := &session{p: p, log: log, rc: in.c, rr: in.c, rib: newRIBOut(), routerDone: make(chan struct{})}
+	s := &session{p: p, log: log, rc: in.c, rr: in.c, rib: newRIBOut(), routerDone: make(chan struct{}), runDone: make(chan struct{})}
 	if len(in.prefix) > 0 {
 		s.rr = io.MultiReader(bytes.NewReader(in.prefix), in.c)
 	}
@@ -67,20 +78,26 @@ func newSession(p *Peer, in accepted, log klog.Logger) *session {
 
 // run relays until the session ends, and returns why it ended.
 func (s *session) run(ctx context.Context) error {
+	defer close(s.runDone)
 	defer s.rc.Close()
 	if err := s.awaitRouterOpen(); err != nil {
 		return err
 	}
 	gc, open, err := s.dialInner(ctx)
 	if err != nil {
-		s.writeRouter(Cease(SubCeaseOutOfResources, "").Bytes())
+		if !s.cut.Load() { // else end wrote its NOTIFICATION already
+			s.writeRouter(Cease(SubCeaseOutOfResources, "").Bytes())
+		}
 		return err
 	}
 	s.gc = gc
 	s.mu.Lock()
 	s.local = open
 	s.mu.Unlock()
-	s.writeRouter(open.rawBytes())
+	if !s.writeRouterUncut(open.rawBytes()) {
+		_ = gc.Close()
+		return ErrSpeakerEnded // ended while GoBGP took its side
+	}
 
 	routerErr := make(chan error, 1)
 	gobgpDone := make(chan struct{})
@@ -161,6 +178,12 @@ func (s *session) awaitRouterOpen() error {
 		return fmt.Errorf("%w: %w", ErrRefused, me)
 	case err != nil:
 		return fmt.Errorf("%w before its OPEN: %w", ErrRouterClosed, err)
+	case m.Type == TypeNotification:
+		// A router refusing the session (BIRD's "Connection Rejected" while it
+		// delays, a neighbor shut down): RFC 4271 8.2.2, drop the connection.
+		n := ParseNotification(m.Body)
+		s.log.Info("The BGP router refused the session", "notification", n.String())
+		return fmt.Errorf("%w: %s", ErrRouterNotification, n)
 	case m.Type != TypeOpen:
 		me := malformed(CodeFSM, SubFSMOpenSent, []byte{m.Type}, "%s before OPEN", TypeName(m.Type))
 		s.refuse(me)
@@ -176,7 +199,7 @@ func (s *session) awaitRouterOpen() error {
 func (s *session) dialInner(ctx context.Context) (*net.TCPConn, *Open, error) {
 	deadline := time.Now().Add(innerWait)
 	var last error
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	for time.Now().Before(deadline) && ctx.Err() == nil && !s.cut.Load() {
 		c, open, err := s.tryInner(ctx)
 		if err == nil {
 			return c, open, nil
@@ -189,6 +212,9 @@ func (s *session) dialInner(ctx context.Context) (*net.TCPConn, *Open, error) {
 	}
 	if ctx.Err() != nil {
 		return nil, nil, ctx.Err()
+	}
+	if s.cut.Load() {
+		return nil, nil, ErrSpeakerEnded
 	}
 	return nil, nil, fmt.Errorf("%w within %v: %w", ErrGoBGPUnavailable, innerWait, last)
 }
@@ -222,22 +248,29 @@ func (s *session) tryInner(ctx context.Context) (*net.TCPConn, *Open, error) {
 
 // markCut stops passing GoBGP's output on; from now on the router side is only
 // read to see it close.
-func (s *session) markCut() {
-	s.wmu.Lock()
-	s.cut = true
-	s.wmu.Unlock()
-}
+func (s *session) markCut() { s.cut.Store(true) }
 
-func (s *session) isCut() bool {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	return s.cut
+func (s *session) isCut() bool { return s.cut.Load() }
+
+// writeTimeoutNow bounds a write to the router: the negotiated hold time (a router
+// that reads nothing for that long is dead by BGP's own rule), at least
+// writeTimeout.
+func (s *session) writeTimeoutNow() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := writeTimeout
+	if s.local != nil && s.remote != nil {
+		if h := time.Duration(min(s.local.HoldTime, s.remote.HoldTime)) * time.Second; h > d {
+			d = h
+		}
+	}
+	return d
 }
 
 // writeRouterLocked writes to the router (s.wmu held); a failed write closes the
 // connection, which ends the session.
 func (s *session) writeRouterLocked(b []byte) {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.writeTimeoutNow()))
 	if _, err := s.rc.Write(b); err != nil {
 		s.log.V(2).Info("Writing to the BGP router failed", "err", err)
 		_ = s.rc.Close()
@@ -248,6 +281,18 @@ func (s *session) writeRouter(b []byte) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.writeRouterLocked(b)
+}
+
+// writeRouterUncut writes unless the session is ending, and reports whether it
+// wrote.
+func (s *session) writeRouterUncut(b []byte) bool {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.cut.Load() {
+		return false
+	}
+	s.writeRouterLocked(b)
+	return true
 }
 
 // end ends the session on the speaker's side, once: GoBGP's output stops, the
@@ -261,8 +306,7 @@ func (s *session) end(n Notification, hard, withdraw, wait bool) bool {
 		neg, negotiated, est := s.neg, s.negotiated, s.established
 		s.mu.Unlock()
 		s.wmu.Lock()
-		if !s.cut {
-			s.cut = true
+		if !s.cut.Swap(true) {
 			if withdraw && est {
 				for _, u := range s.rib.withdrawals(neg) {
 					s.writeRouterLocked(u)
@@ -277,12 +321,16 @@ func (s *session) end(n Notification, hard, withdraw, wait bool) bool {
 		s.wmu.Unlock()
 		_ = s.rc.SetReadDeadline(time.Now().Add(closeWait))
 	})
-	if !wait {
+	if !wait || !s.establishedNow() {
+		// Before the session is established the router holds nothing of it:
+		// there is nothing to wait for.
 		return false
 	}
 	select {
 	case <-s.routerDone:
 		return s.routerClosedCleanly()
+	case <-s.runDone: // the router side was never read (ended before the OPENs)
+		return false
 	case <-time.After(closeWait):
 		return false
 	}
@@ -461,10 +509,9 @@ func (s *session) fromGoBGP() {
 		m, err := ReadMessage(s.gc, MaxExtendedLen)
 		if err != nil {
 			s.wmu.Lock()
-			if !s.cut {
+			if !s.cut.Swap(true) {
 				// GoBGP closed without a NOTIFICATION: tell the router, so a
 				// graceful-restart router keeps the paths for the next session.
-				s.cut = true
 				s.writeRouterLocked(Cease(SubCeaseAdminReset, "session restart").Bytes())
 			}
 			s.wmu.Unlock()
@@ -488,7 +535,7 @@ func (s *session) handleGoBGP(m Message) {
 	}()
 	s.wmu.Lock()
 	locked = true
-	if s.cut {
+	if s.cut.Load() {
 		s.wmu.Unlock()
 		return
 	}
@@ -502,9 +549,13 @@ func (s *session) handleGoBGP(m Message) {
 			s.ribBroken = true
 			s.log.Error(err, "An UPDATE of the embedded BGP server did not parse; withdrawals at the end of this session rely on the Cease")
 		}
+		sent := s.sentLocked(neg)
+		s.sentMu.Lock()
+		s.sent = sent
+		s.sentMu.Unlock()
 		if s.p.hooks.Sent != nil {
 			// Before the write: the count is never behind what the router has.
-			s.p.hooks.Sent(s.sentLocked(neg))
+			s.p.hooks.Sent(sent)
 		}
 	case TypeNotification:
 		n := ParseNotification(m.Body)
@@ -517,7 +568,7 @@ func (s *session) handleGoBGP(m Message) {
 			}
 		}
 		s.log.V(2).Info("The embedded BGP server ended the session", "notification", n.String())
-		s.cut = true
+		s.cut.Store(true)
 		s.writeRouterLocked(b)
 		locked = false
 		s.wmu.Unlock()
@@ -537,9 +588,17 @@ func (s *session) status(st *Status) {
 	s.mu.Unlock()
 	st.Local, st.Remote = addrPort(s.rc.LocalAddr()), addrPort(s.rc.RemoteAddr())
 	if st.Established {
-		s.wmu.Lock()
-		st.Sent = s.sentLocked(st.Negotiated)
-		s.wmu.Unlock()
+		s.sentMu.Lock()
+		st.Sent = maps.Clone(s.sent)
+		s.sentMu.Unlock()
+		if st.Sent == nil {
+			st.Sent = map[Family]int{}
+			for _, f := range st.Negotiated.Families {
+				if f == IPv4Unicast || f == IPv6Unicast {
+					st.Sent[f] = 0
+				}
+			}
+		}
 	}
 }
 

@@ -117,7 +117,7 @@ func TestParseOpenKeepsOnlyEncodingCapabilities(t *testing.T) {
 	for _, c := range again.caps {
 		codes = append(codes, c.code)
 	}
-	want := []uint8{capMultiprotocol, capMultiprotocol, capMultiprotocol, capRouteRefresh, capFourOctetAS, capAddPath, capGracefulRestart, capExtendedMessage}
+	want := []uint8{capMultiprotocol, capMultiprotocol, capMultiprotocol, capRouteRefresh, capFourOctetAS, capExtendedMessage, capGracefulRestart, capAddPath}
 	if !bytes.Equal(codes, want) {
 		t.Errorf("re-encoded capabilities %v, want %v", codes, want)
 	}
