@@ -167,10 +167,16 @@ func (s *session) awaitRouterOpen() error {
 		return nil // the OPEN was read already (an accepted connection)
 	}
 	_ = s.rc.SetReadDeadline(time.Now().Add(routerOpenWait))
+	if s.isCut() {
+		// end ran before the deadline above and its own was overwritten.
+		return ErrSpeakerEnded
+	}
 	m, err := ReadMessage(s.rc, MaxLen)
 	_ = s.rc.SetReadDeadline(time.Time{})
 	var me *MessageError
 	switch {
+	case s.isCut():
+		return ErrSpeakerEnded
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return nil
 	case errors.As(err, &me):
@@ -319,7 +325,14 @@ func (s *session) end(n Notification, hard, withdraw, wait bool) bool {
 			s.log.V(2).Info("Sent NOTIFICATION to the BGP router", "notification", n.String(), "withdrawn", withdraw && est)
 		}
 		s.wmu.Unlock()
-		_ = s.rc.SetReadDeadline(time.Now().Add(closeWait))
+		// An established session gives the router closeWait to read the
+		// withdrawals and close; before that the router holds nothing of it, and
+		// the read ends now, so Finish never returns before the connection closes.
+		wait := time.Duration(0)
+		if est {
+			wait = closeWait
+		}
+		_ = s.rc.SetReadDeadline(time.Now().Add(wait))
 	})
 	if !wait || !s.establishedNow() {
 		// Before the session is established the router holds nothing of it:
