@@ -135,7 +135,12 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	stop := stopOnSignal(notifier)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-stop; cancel() }()
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim.Object))
+	// The informers catch up at once when the API server answers again (informerClient).
+	informed, _, err := informerClient(ctx, rest)
+	if err != nil {
+		return fail(err)
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(informed, 0, informers.WithTransform(trim.Object))
 	nodes = factory.Core().V1().Nodes().Informer()
 	a, done, err := runAgent(ctx, client, factory, d, *nodeName)
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	"k8s.io/component-base/version/verflag"
 
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/informerscope"
 )
 
 // newCommand is the upstream CCM command (app.NewCloudControllerManagerCommand:
@@ -43,8 +45,7 @@ func newCommand(s *options.CloudControllerManagerOptions, init app.InitCloudFunc
 			}
 			completed := c.Complete()
 			cloud := init(completed)
-			initializers := app.ConstructControllerInitializers(constructors, completed, cloud)
-			if err := run(p.ctx, completed, cloud, initializers, p); err != nil {
+			if err := run(p.ctx, completed, cloud, constructors, p); err != nil {
 				fmt.Fprintf(os.Stderr, "%v\n", err)
 				return err
 			}
@@ -87,11 +88,16 @@ func newCommand(s *options.CloudControllerManagerOptions, init app.InitCloudFunc
 }
 
 // process is what main shares with the command: the process's context (done on
-// SIGTERM), the systemd notifier, and the agent once it runs.
+// SIGTERM), the systemd notifier, the agent once it runs, and the process's informers
+// (the root scope over the shared informer factory, which counts event handlers).
 type process struct {
-	ctx      context.Context
-	notifier notifier
-	agent    readier
+	ctx       context.Context
+	notifier  notifier
+	agent     readier
+	informers *informerscope.Scope
+	// apiBack returns a channel closed when the API server answers again after an
+	// outage (apigate.Gate.Reopened); nil until the informers' client is built.
+	apiBack func() <-chan struct{}
 }
 
 // readier is the agent's readiness (agent.Agent).

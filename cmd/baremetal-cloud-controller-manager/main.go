@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/rest"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
 	"k8s.io/cloud-provider/app/config"
@@ -29,6 +30,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/internal/sdnotify"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/trim"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/informerscope"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
 )
@@ -62,6 +64,9 @@ func main() {
 	notifier := sdnotify.New()
 	stop := stopOnSignal(notifier)
 	ctx := wait.ContextForChannel(stop)
+	// The delegated authentication's informer (the client CA ConfigMap that the secure
+	// port reads) waits for the API server as the shared informers do (newGate).
+	opts.Authentication.CustomRoundTripperFn = newGate(ctx).Wrap
 	p := &process{ctx: ctx, notifier: notifier}
 	var (
 		flags     agentFlags
@@ -72,9 +77,19 @@ func main() {
 	flags.addTo(extra.FlagSet("baremetal agent"))
 	initCloud := func(c *config.CompletedConfig) cloudprovider.Interface {
 		// Nothing has used the shared informer factory yet: replace it by one that
-		// trims what no controller reads before caching (internal/trim).
-		c.SharedInformers = informers.NewSharedInformerFactoryWithOptions(c.VersionedClient, app.ResyncPeriod(c)(),
-			informers.WithTransform(trim.Object))
+		// trims what no controller reads before caching (internal/trim), over a client
+		// that catches up at once when the API server answers again (informerClient).
+		client, gate, err := informerClient(ctx, rest.AddUserAgent(rest.CopyConfig(c.Kubeconfig), "shared-informers"))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
+			os.Exit(1)
+		}
+		c.VersionedClient, p.apiBack = client, gate.Reopened
+		// The root informer scope counts every event handler, so one a leadership term
+		// leaves behind shows (baremetal_ccm_informer_event_handlers).
+		p.informers = informerscope.New(informers.NewSharedInformerFactoryWithOptions(c.VersionedClient, app.ResyncPeriod(c)(),
+			informers.WithTransform(trim.Object)))
+		c.SharedInformers = p.informers
 		cloud := newCloud(c)
 		bareCloud = cloud.(*provider.Cloud)
 		// The inventory is loaded and reloaded for the process's life: the agent

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	v1core "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -31,6 +33,11 @@ import (
 	controllerhealthz "k8s.io/controller-manager/pkg/healthz"
 	"k8s.io/controller-manager/pkg/leadermigration"
 	"k8s.io/klog/v2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/internal/testhook"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/informerscope"
+	lbcontroller "github.com/baremetal-ccm/baremetal-ccm/pkg/lb/controller"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 )
 
 // Leadership, as this command runs it (app.Run does otherwise):
@@ -48,18 +55,35 @@ import (
 //     down.
 //
 // Controllers run in terms: each acquisition starts them with a context that ends
-// when the Lease is lost or the process stops.
+// when the Lease is lost or the process stops. A term owns what it starts and ends all
+// of it before the next term starts (see terms):
+//
+//   - process (every replica): the secure port, the shared informers (the root
+//     informerscope.Scope), the agent, the inventory's reload loop and View, and the
+//     provider's process parts (package provider);
+//   - term (the leader): the upstream controllers and ours, which get the term's
+//     informer scope (their event handlers are removed at the term's end) and the
+//     term's context, and the provider's term parts (Initialize, SetInformers),
+//     joined by WaitTermEnd.
 
 // controllerStopGrace bounds how long a stopping leader waits for its controllers
 // before it releases the Lease.
 const controllerStopGrace = 2 * time.Second
 
+// termStopTimeout bounds how long the end of a term waits for its parts (event
+// handlers finishing a notification, BMC logouts, writes under way) before the
+// replica contends again.
+const termStopTimeout = 30 * time.Second
+
 // run serves the secure port (/healthz, /readyz, /metrics, /configz) and runs the
 // controllers while this replica leads, until ctx ends; it returns once the
 // controllers stopped and the Lease is released.
-func run(ctx context.Context, c *config.CompletedConfig, cloud cloudprovider.Interface, initializers map[string]app.InitFunc, p *process) error {
+func run(ctx context.Context, c *config.CompletedConfig, cloud cloudprovider.Interface, constructors map[string]app.ControllerInitFuncConstructor, p *process) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Version", "kubernetes", version.Get().GitVersion)
+	for _, hook := range testhook.Active() {
+		logger.Info("Warning: a test hook is on; it is for the e2e suite only, unset it", "hook", hook)
+	}
 	if leadermigration.Enabled(&c.ComponentConfig.Generic) {
 		return errors.New("--enable-leader-migration is not supported: there is no in-tree bare-metal provider to migrate from")
 	}
@@ -96,31 +120,61 @@ func run(ctx context.Context, c *config.CompletedConfig, cloud cloudprovider.Int
 	}
 	// The informers serve the agent as well as the controllers: they run for the
 	// process's life, not one leadership term.
-	c.SharedInformers.Start(ctx.Done())
+	root := p.informers
+	if root == nil {
+		root = informerscope.New(c.SharedInformers)
+	}
+	root.Start(ctx.Done())
+	if bc, ok := cloud.(*provider.Cloud); ok && c.ComponentConfig.Generic.LeaderElection.LeaderElect {
+		bc.SetFence(leaseFence(c))
+	}
 
-	t := &terms{process: ctx, c: c, cloud: cloud, initializers: initializers, health: health}
+	t := &terms{process: ctx, c: c, cloud: cloud, constructors: constructors, health: health, informers: root}
 	if !c.ComponentConfig.Generic.LeaderElection.LeaderElect {
 		t.run(ctx)
 		return nil
 	}
-	return elect(ctx, c, election, t.run)
+	return elect(ctx, c, election, p.apiBack, t.run)
 }
 
-// terms starts the controllers once per leadership term.
+// terms starts the controllers once per leadership term, and ends everything a term
+// started before the next one starts.
 type terms struct {
 	process      context.Context // the informers run as long as it
 	c            *config.CompletedConfig
 	cloud        cloudprovider.Interface
-	initializers map[string]app.InitFunc
+	constructors map[string]app.ControllerInitFuncConstructor
 	health       *controllerhealthz.MutableHealthzHandler
+	informers    *informerscope.Scope // the process's
 	n            int
 }
 
+// termWaiter is a provider whose term parts the end of a term joins (provider.Cloud).
+type termWaiter interface {
+	WaitTermEnd(ctx context.Context) error
+}
+
 // run starts the controllers and returns when ctx (the term) ends, or at once if a
-// controller cannot start.
+// controller cannot start, once the term's parts have stopped: its event handlers
+// removed, the provider's term joined (at most termStopTimeout).
 func (t *terms) run(ctx context.Context) {
 	t.n++
 	logger := klog.FromContext(ctx).WithValues("term", t.n)
+	ctx = klog.NewContext(ctx, logger)
+	term, end := context.WithCancelCause(ctx)
+	scope := t.informers.Child()
+	if t.start(term, scope) {
+		<-term.Done()
+		logger.Info("Controllers stopped", "reason", context.Cause(term))
+	}
+	end(errors.New("the term ended"))
+	t.stop(logger, scope)
+}
+
+// start starts the term's controllers, with scope as their informers; false when the
+// term ended first or a controller could not start.
+func (t *terms) start(ctx context.Context, scope *informerscope.Scope) bool {
+	logger := klog.FromContext(ctx)
 	c := t.c
 	builder := clientbuilder.SimpleControllerClientBuilder{ClientConfig: c.Kubeconfig}
 	var cc genericcontrollermanager.ControllerContext
@@ -134,14 +188,14 @@ func (t *terms) run(ctx context.Context) {
 		return true, nil
 	})
 	if err != nil {
-		return // the term ended first
+		return false // the term ended first
 	}
 	t.cloud.Initialize(c.ClientBuilder, ctx.Done())
 	if iu, ok := t.cloud.(cloudprovider.InformerUser); ok {
-		iu.SetInformers(c.SharedInformers)
+		iu.SetInformers(scope)
 	}
 	var started []healthz.HealthChecker
-	for name, initFn := range t.initializers {
+	for name, initFn := range app.ConstructControllerInitializers(t.constructors, termConfig(c, scope), t.cloud) {
 		if !genericcontrollermanager.IsControllerEnabled(name, app.ControllersDisabledByDefault, c.ComponentConfig.Generic.Controllers) {
 			logger.Info("Controller disabled", "controller", name)
 			continue
@@ -149,7 +203,7 @@ func (t *terms) run(ctx context.Context) {
 		_, ok, err := initFn(ctx, cc)
 		if err != nil {
 			logger.Error(err, "Starting a controller failed; ending this term", "controller", name)
-			return
+			return false
 		}
 		if !ok {
 			logger.Info("Controller skipped", "controller", name)
@@ -161,17 +215,58 @@ func (t *terms) run(ctx context.Context) {
 	if t.n == 1 {
 		t.health.AddHealthChecker(started...)
 	}
-	c.SharedInformers.Start(t.process.Done()) // any informer a controller asked for: shared, they outlive the term
+	t.informers.Start(t.process.Done()) // any informer a controller asked for: shared, they outlive the term
+	// Upstream's per-term factory: no controller here asks it for an informer (all use
+	// the term's scope over the shared informers, behind the API gate), so this starts
+	// nothing today.
 	cc.InformerFactory.Start(cc.Stop)
-	<-ctx.Done()
-	logger.Info("Controllers stopped", "reason", context.Cause(ctx))
+	return true
+}
+
+// stop ends what the term started, once its context has ended: the event handlers its
+// controllers added to the process's informers are removed, and the provider's term
+// parts are joined.
+func (t *terms) stop(logger klog.Logger, scope *informerscope.Scope) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.process), termStopTimeout)
+	defer cancel()
+	removed, err := scope.Close(ctx)
+	if err != nil {
+		logger.Error(err, "Warning: removing the term's event handlers")
+	}
+	if w, ok := t.cloud.(termWaiter); ok {
+		if err := w.WaitTermEnd(ctx); err != nil {
+			logger.Error(err, "Warning: the term's parts did not all stop in time")
+		}
+	}
+	logger.Info("Term ended", "eventHandlersRemoved", removed, "eventHandlers", t.informers.Handlers(), "goroutines", runtime.NumGoroutine())
+}
+
+// termConfig returns c with scope as its shared informers, for the controllers of one
+// term: the upstream ones add event handlers to the Node informer every time they are
+// built and never remove them.
+func termConfig(c *config.CompletedConfig, scope informers.SharedInformerFactory) *config.CompletedConfig {
+	cfg := *c.Config
+	cfg.SharedInformers = scope
+	return cfg.Complete()
+}
+
+// leaseFence makes a fence over the leader-election Lease for each term (provider
+// fences the deletion guard's writes and grants with it).
+func leaseFence(c *config.CompletedConfig) func() provider.Fence {
+	le := c.ComponentConfig.Generic.LeaderElection
+	client := c.ClientBuilder.ClientOrDie("baremetal-cloud-provider")
+	return func() provider.Fence {
+		return &lbcontroller.LeaseFence{Client: client, Namespace: le.ResourceNamespace, Name: le.ResourceName}
+	}
 }
 
 // elect runs leader election until ctx ends: lead runs the controllers for one
 // term and returns when the term's context ends. A lost Lease ends the term and
 // starts the election again; ctx's end stops the controllers, then releases the
-// Lease.
-func elect(ctx context.Context, c *config.CompletedConfig, checker *leaderelection.HealthzAdaptor, lead func(context.Context)) error {
+// Lease. A replica that does not lead contends at once, instead of at its next retry
+// (up to 2.2 retry periods away), when the Lease is released and when apiBack's
+// channel closes: the API server answers again after an outage.
+func elect(ctx context.Context, c *config.CompletedConfig, checker *leaderelection.HealthzAdaptor, apiBack func() <-chan struct{}, lead func(context.Context)) error {
 	logger := klog.FromContext(ctx).WithName("leader-election")
 	le := c.ComponentConfig.Generic.LeaderElection
 	host, err := os.Hostname()
@@ -185,7 +280,13 @@ func elect(ctx context.Context, c *config.CompletedConfig, checker *leaderelecti
 		return fmt.Errorf("creating the leader-election lock: %w", err)
 	}
 	released := make(chan struct{}, 1)
-	go watchRelease(ctx, c.Client, le.ResourceNamespace, le.ResourceName, released)
+	// An informer too: through the informers' client, it sees a release as soon as the
+	// API server answers again after an outage.
+	go watchRelease(ctx, c.VersionedClient, le.ResourceNamespace, le.ResourceName, released)
+	var back <-chan struct{} // nil: never
+	if apiBack != nil {
+		back = apiBack()
+	}
 
 	for ctx.Err() == nil {
 		// The attempt's context outlives ctx until the controllers have stopped, so
@@ -249,6 +350,14 @@ func elect(ctx context.Context, c *config.CompletedConfig, checker *leaderelecti
 				if !l {
 					cancelAttempt() // try again now: the holder released the Lease
 				}
+			case <-back:
+				back = apiBack()
+				mu.Lock()
+				l := leading
+				mu.Unlock()
+				if !l {
+					cancelAttempt() // try again now: the API server answers again
+				}
 			case <-ctx.Done():
 				stopping = true
 				mu.Lock()
@@ -279,6 +388,8 @@ func elect(ctx context.Context, c *config.CompletedConfig, checker *leaderelecti
 			logger.Info("Warning: lost the Lease (it could not be renewed): the controllers stopped; the agent keeps announcing what the API last said; contending again", "identity", id)
 			select { // no tight loop if terms keep failing
 			case <-ctx.Done():
+			case <-back:
+				back = apiBack()
 			case <-time.After(le.RetryPeriod.Duration):
 			}
 		}

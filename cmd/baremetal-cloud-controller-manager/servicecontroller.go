@@ -3,6 +3,11 @@ package main
 import (
 	"context"
 	"maps"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
@@ -12,6 +17,7 @@ import (
 	"k8s.io/controller-manager/controller"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	lbcontroller "github.com/baremetal-ccm/baremetal-ccm/pkg/lb/controller"
 )
 
@@ -47,6 +53,9 @@ func startServiceController(initContext app.ControllerInitContext, completed *co
 			// lease writes nothing once another replica holds it.
 			opts.Fence = &lbcontroller.LeaseFence{Client: client, Namespace: le.ResourceNamespace, Name: le.ResourceName}
 		}
+		if l, ok := balancer.(*lb.LoadBalancer); ok {
+			setClaims(ctx, l, client, opts.Fence)
+		}
 		c, err := lbcontroller.New(opts)
 		if err != nil {
 			return nil, false, err
@@ -61,4 +70,27 @@ func startServiceController(initContext app.ControllerInitContext, completed *co
 		}()
 		return nil, true, nil
 	}
+}
+
+// setClaims makes the balancer claim every address in the API server before a
+// status shows it (lb.Claimer, networking.k8s.io/v1 IPAddress objects), with the
+// term's fence, and runs the collector of claims no Service needs for the term.
+// Without the IPAddress API (Kubernetes before 1.33) it says so and runs without
+// claims: uniqueness then rests on the fence and the resourceVersion preconditions.
+func setClaims(ctx context.Context, l *lb.LoadBalancer, client kubernetes.Interface, fence lbcontroller.Fence) {
+	logger := klog.FromContext(ctx)
+	res, err := client.Discovery().ServerResourcesForGroupVersion("networking.k8s.io/v1")
+	served := err == nil && slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "ipaddresses" })
+	if !served {
+		logger.Error(err, "Warning: the API server does not serve networking.k8s.io/v1 IPAddress (Kubernetes 1.33 or later does): addresses are assigned without claims")
+		l.SetClaimer(nil)
+		return
+	}
+	l.SetClaimer(lb.IPAddressClaims{Client: client})
+	if fence != nil {
+		l.SetFence(fence.Check)
+	} else {
+		l.SetFence(nil)
+	}
+	go l.RunClaimCollector(klog.NewContext(ctx, logger.WithName("lb")), time.Minute)
 }

@@ -123,6 +123,17 @@ func StartTime(pid int) string {
 	return f[19]
 }
 
+// Running reports whether pid is a process that has not exited: it is in /proc and
+// not a zombie (exited, not yet reaped by its parent).
+func Running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f, ok := statFields(string(b))
+	return ok && f[0] != "Z"
+}
+
 // statFields returns the fields of a /proc stat line after the command name
 // (state first); the name, in parentheses, may contain spaces and ")".
 func statFields(stat string) ([]string, bool) {

@@ -157,3 +157,30 @@ func TestStatFields(t *testing.T) {
 		t.Error("threads for pid -1")
 	}
 }
+
+// TestRunning: a process runs until it exits; an exited child that its parent has not
+// reaped yet (a zombie) does not run, nor does a PID without a process.
+func TestRunning(t *testing.T) {
+	if !Running(os.Getpid()) {
+		t.Error("this process does not run")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(5 * time.Second)
+	for Running(pid) { // exits at once; stays a zombie until Wait
+		if time.Now().After(deadline) {
+			t.Fatal("an exited, unreaped child still runs")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+		t.Fatalf("the unreaped child is gone from /proc (%v): the zombie case was not tested", err)
+	}
+	_ = cmd.Wait()
+	if Running(pid) {
+		t.Error("a reaped child still runs")
+	}
+}

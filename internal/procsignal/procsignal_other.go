@@ -37,5 +37,8 @@ func (p *Process) Resume(timeout time.Duration) error { return nil }
 // StartTime returns "": no process can be identified.
 func StartTime(pid int) string { return "" }
 
+// Running reports false: no process can be observed.
+func Running(pid int) bool { return false }
+
 // TasksStopped fails.
 func TasksStopped(pid int, stopped bool) (bool, error) { return false, errNoProc }

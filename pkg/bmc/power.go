@@ -39,6 +39,9 @@ var (
 	// ErrBusy: every BMC call slot stayed taken; the BMC was not asked, and this does
 	// not count against it.
 	ErrBusy = errors.New("too many BMC calls in flight")
+	// ErrNoTerm: the call came outside a leadership term (between terms, or while the
+	// process stops); the BMC was not asked, and this does not count against it.
+	ErrNoTerm = errors.New("no BMC call outside a leadership term (this replica does not lead, or it is stopping)")
 )
 
 // Normalize maps what drivers return to a PowerState: ipmitool's "Chassis Power is on",

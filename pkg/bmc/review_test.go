@@ -149,23 +149,33 @@ func TestReviewOneSessionPerBMC(t *testing.T) {
 // gave up waiting for it; the session stays open on the BMC although Close returned
 // and every later call is refused.
 func TestReviewCloseRacesAnInFlightCall(t *testing.T) {
+	if n := sessionsLeftAfter(t, nil, func(ctx context.Context, s *Sessions) { s.Close(ctx, 300*time.Millisecond) }); n != 0 {
+		t.Errorf("after Close and the in-flight call: %d sessions open on the BMC, want 0", n)
+	}
+}
+
+// sessionsLeftAfter runs begin (unless nil), then a read on a slow BMC (400 ms), and
+// stop while the read is under way; it returns the sessions open on the BMC once the
+// read has ended.
+func sessionsLeftAfter(t *testing.T, begin, stop func(context.Context, *Sessions)) int {
 	_, ctx := ktesting.NewTestContext(t)
 	b := startRedfish(t, redfish.Options{})
 	b.SetLatency(400 * time.Millisecond)
 	tgt := redfishTarget(t, b, b.Password())
 	s := NewSessions(nil, time.Minute)
+	if begin != nil {
+		begin(ctx, s)
+	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := readWith(ctx, t, s, tgt, 10*time.Second)
 		done <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
-	s.Close(ctx, 300*time.Millisecond)
+	stop(ctx, s)
 	<-done
 	time.Sleep(100 * time.Millisecond)
-	if n := b.ActiveSessions(); n != 0 {
-		t.Errorf("after Close and the in-flight call: %d sessions open on the BMC, want 0", n)
-	}
+	return b.ActiveSessions()
 }
 
 // TestReviewReplacedSessionLogoutLost: when settings or credentials change, the old

@@ -276,6 +276,9 @@ func (s *Service) finish(logger klog.Logger, t Target, st *bmcState, c *call, st
 	case errors.Is(err, ErrBusy):
 		// We never asked the BMC: nothing to hold against it.
 		requests.WithLabelValues(t.Protocol, "power_state", "busy").Inc()
+	case errors.Is(err, ErrNoTerm):
+		// Nor here: the call came between leadership terms.
+		requests.WithLabelValues(t.Protocol, "power_state", "no_term").Inc()
 	default:
 		st.lastErr = err
 		st.failures++

@@ -380,3 +380,24 @@ func TestBusyBMCTakesNoSlot(t *testing.T) {
 		t.Fatalf("another BMC: %+v, %v", r, err)
 	}
 }
+
+// TestNoTermIsNotTheBMCsFault: calls refused between leadership terms (ErrNoTerm) do
+// not count against the BMC: the next term reads it at once, without a backoff.
+func TestNoTermIsNotTheBMCsFault(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	drv := newFakeDriver()
+	drv.errs["h1"] = ErrNoTerm
+	drv.answers["h1"] = "On"
+	s := NewService(drv, testConfig(), nil)
+	for range 10 {
+		if _, err := s.PowerState(ctx, target("h1")); !errors.Is(err, ErrNoTerm) {
+			t.Fatalf("between terms: %v, want ErrNoTerm", err)
+		}
+	}
+	drv.mu.Lock()
+	drv.errs["h1"] = nil
+	drv.mu.Unlock()
+	if r, err := s.PowerState(ctx, target("h1")); err != nil || r.State != PowerOn {
+		t.Fatalf("in the next term: %+v, %v; want on, without a backoff", r, err)
+	}
+}

@@ -41,6 +41,12 @@ import (
 //     (the BMC expires it by itself);
 //   - Close, and Run when its context ends, log out every session.
 //
+// Lifetimes: a Sessions lives for the process (the failed-login budget of every BMC
+// too), its sessions for a leadership term: BeginTerm opens one, and when the term's
+// context ends it logs out every session, also one whose call was under way, and
+// refuses calls (ErrNoTerm) until the next BeginTerm. Terms must not overlap.
+// Before the first term calls are served as in one; Close ends every term for good.
+//
 // It is safe for concurrent use.
 type Sessions struct {
 	creds CredentialSource
@@ -54,7 +60,8 @@ type Sessions struct {
 	mu        sync.Mutex
 	conns     map[string]*conn // by bmcKey
 	stale     []staleSession   // sessions whose logout the BMC did not take yet
-	closed    bool
+	closed    bool             // calls are refused: between terms, or after Close
+	shut      bool             // Close ran: no term starts again
 	closeOnce sync.Once
 	loggedOut chan struct{} // closed when Close has logged out every session
 }
@@ -94,7 +101,7 @@ const logoutTimeout = 5 * time.Second
 // bmcKey names a BMC: its protocol, address and port.
 func bmcKey(t Target) string { return fmt.Sprintf("%s\x00%s\x00%d", t.Protocol, t.Address, t.Port) }
 
-// connFor returns the BMC's conn, creating it; nil after Close.
+// connFor returns the BMC's conn, creating it; nil between terms and after Close.
 func (s *Sessions) connFor(t Target) *conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,7 +184,7 @@ func (s *Sessions) PowerState(ctx context.Context, t Target) (string, error) {
 func (s *Sessions) readIPMI(ctx context.Context, t Target) (string, error) {
 	c := s.connFor(t)
 	if c == nil {
-		return "", fmt.Errorf("%w: the BMC driver is shut down", ErrUnreachable)
+		return "", ErrNoTerm
 	}
 	select {
 	case c.lock <- struct{}{}:
@@ -211,7 +218,7 @@ func (s *Sessions) refused(c *conn, key [32]byte, at time.Time) {
 func (s *Sessions) readRedfish(ctx context.Context, t Target) (string, string, error) {
 	c := s.connFor(t)
 	if c == nil {
-		return "", "", fmt.Errorf("%w: the BMC driver is shut down", ErrUnreachable)
+		return "", "", ErrNoTerm
 	}
 
 	select {
@@ -240,7 +247,8 @@ func (s *Sessions) readRedfish(ctx context.Context, t Target) (string, string, e
 		closed := s.closed
 		s.mu.Unlock()
 		if closed {
-			// Close ran while this call was under way: its session goes too.
+			// The term ended (or Close ran) while this call was under way: its
+			// session goes too.
 			s.logout(ctx, c)
 		}
 		c.abandoned.Store(false)
@@ -374,9 +382,30 @@ func (s *Sessions) Busy(t Target) bool {
 	return c != nil && c.abandoned.Load() && len(c.lock) > 0
 }
 
-// Run logs out idle sessions every idle time until ctx ends, then logs out every
-// session (each with a deadline of timeout).
-func (s *Sessions) Run(ctx context.Context, timeout time.Duration) {
+// BeginTerm opens one leadership term and returns at once; the returned channel closes
+// when the term has ended. Calls are served from now (unless Close ran); a goroutine
+// logs out idle sessions every idle time until ctx ends, then refuses calls until the
+// next BeginTerm and logs out every session (each with a deadline of timeout, waiting
+// as long for calls under way) before the channel closes.
+func (s *Sessions) BeginTerm(ctx context.Context, timeout time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	s.mu.Lock()
+	shut := s.shut
+	s.closed = shut
+	s.mu.Unlock()
+	if shut {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		s.runTerm(ctx, timeout)
+	}()
+	return done
+}
+
+// runTerm is the goroutine of a term (see BeginTerm).
+func (s *Sessions) runTerm(ctx context.Context, timeout time.Duration) {
 	if s.idle <= 0 {
 		<-ctx.Done()
 	} else {
@@ -392,7 +421,17 @@ func (s *Sessions) Run(ctx context.Context, timeout time.Duration) {
 			}
 		}
 	}
-	s.Close(context.WithoutCancel(ctx), timeout)
+	s.endTerm(context.WithoutCancel(ctx), timeout)
+}
+
+// endTerm refuses calls and logs out every session, each within timeout, waiting as
+// long for a call under way (whose session its call logs out if it ends later).
+func (s *Sessions) endTerm(ctx context.Context, timeout time.Duration) {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.each(ctx, timeout, true, func(ctx context.Context, c *conn) { s.logout(ctx, c) })
+	s.retryStale(ctx)
 }
 
 // CloseIdle logs out the sessions not used for idle, each within timeout, and waits
@@ -430,12 +469,13 @@ func (s *Sessions) CloseIdle(ctx context.Context, idle, timeout time.Duration) {
 	})
 }
 
-// Close logs out every session, each within timeout, and makes later calls fail. A
-// second Close waits for the first one's logouts (at most timeout, or until ctx ends).
+// Close logs out every session, each within timeout, and makes later calls and terms
+// fail, for good (the process stops). A second Close waits for the first one's logouts
+// (at most timeout, or until ctx ends).
 func (s *Sessions) Close(ctx context.Context, timeout time.Duration) {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
-		s.closed = true
+		s.closed, s.shut = true, true
 		s.mu.Unlock()
 		go func() {
 			defer close(s.loggedOut)

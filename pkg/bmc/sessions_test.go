@@ -73,8 +73,8 @@ func TestSessionsReuse(t *testing.T) {
 	}
 	s.Close(ctx, 5*time.Second)
 	wantSessions(t, b, "after Close", 0, 1, 1)
-	if _, err := readWith(ctx, t, s, tgt, 10*time.Second); !errors.Is(err, ErrUnreachable) {
-		t.Errorf("read after Close = %v, want ErrUnreachable", err)
+	if _, err := readWith(ctx, t, s, tgt, 10*time.Second); !errors.Is(err, ErrNoTerm) {
+		t.Errorf("read after Close = %v, want ErrNoTerm", err)
 	}
 }
 
@@ -240,4 +240,64 @@ func TestSessionsCloseWaitsForAnAbandonedCall(t *testing.T) {
 	b.SetHang(false)
 	s.Close(ctx, 5*time.Second)
 	wantSessions(t, b, "after Close", 0, 1, 1)
+}
+
+// TestSessionsServeEveryTerm (issue 25): Run served one leadership term, and its end
+// closed the driver for good, so from the second term every read failed with "the BMC
+// driver is shut down". Each term's end logs out its sessions (also one whose read was
+// under way) and refuses reads until the next term; the next term reads again; Close
+// ends them all for good.
+func TestSessionsServeEveryTerm(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b := startRedfish(t, redfish.Options{})
+	tgt := redfishTarget(t, b, b.Password())
+	s := NewSessions(nil, time.Minute)
+	for term := 1; term <= 3; term++ {
+		termCtx, end := context.WithCancel(ctx)
+		ran := s.BeginTerm(termCtx, 5*time.Second)
+		if _, err := readWith(ctx, t, s, tgt, 10*time.Second); err != nil {
+			t.Fatalf("term %d: read: %v", term, err)
+		}
+		if n := b.ActiveSessions(); n != 1 {
+			t.Errorf("term %d: %d sessions open, want 1", term, n)
+		}
+		end()
+		<-ran
+		if n := b.ActiveSessions(); n != 0 {
+			t.Errorf("term %d: %d sessions open after the term, want 0", term, n)
+		}
+		if _, err := readWith(ctx, t, s, tgt, 10*time.Second); !errors.Is(err, ErrNoTerm) {
+			t.Errorf("term %d: read between terms = %v, want ErrNoTerm", term, err)
+		}
+	}
+	s.Close(ctx, 5*time.Second)
+	<-s.BeginTerm(ctx, 5*time.Second) // after Close: ended at once
+	if _, err := readWith(ctx, t, s, tgt, 10*time.Second); !errors.Is(err, ErrNoTerm) {
+		t.Errorf("read after Close = %v, want ErrNoTerm", err)
+	}
+	if n := b.SessionsCreated(); n != 3 {
+		t.Errorf("%d sessions created, want one per term", n)
+	}
+}
+
+// TestTermEndRacesAnInFlightCall: a call under way when its term ends (a slow BMC, the
+// call's deadline longer than the term's logout timeout) logs its session out itself
+// when it completes: no term leaves a session behind.
+func TestTermEndRacesAnInFlightCall(t *testing.T) {
+	var (
+		end   context.CancelFunc
+		ended <-chan struct{}
+	)
+	begin := func(ctx context.Context, s *Sessions) {
+		var term context.Context
+		term, end = context.WithCancel(ctx)
+		ended = s.BeginTerm(term, 300*time.Millisecond)
+	}
+	stop := func(context.Context, *Sessions) {
+		end()
+		<-ended
+	}
+	if n := sessionsLeftAfter(t, begin, stop); n != 0 {
+		t.Errorf("after the term and its in-flight call: %d sessions open on the BMC, want 0", n)
+	}
 }

@@ -10,8 +10,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
@@ -89,15 +91,7 @@ func TestPublisher(t *testing.T) {
 	initialized := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Spec: v1.NodeSpec{ProviderID: "baremetal://w1"}}
 	uninitialized := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w2"}}
 	client := fake.NewClientset(initialized, uninitialized)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	nodes := factory.Core().V1().Nodes()
-	var current atomicView
-	current.set(view(t, doc))
-	p, err := NewPublisher(PublisherOptions{Client: client, Nodes: nodes.Lister(), Informer: nodes.Informer(), View: current.get, Interval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
+	p, current := startPublisher(ctx, t, client)
 	go p.Run(ctx)
 
 	annotation := func(name string) string {
@@ -129,6 +123,22 @@ func TestPublisher(t *testing.T) {
 	}
 }
 
+// startPublisher returns a Publisher of client's Nodes, its informers started until
+// ctx ends, and the View it publishes from (doc's at first).
+func startPublisher(ctx context.Context, t *testing.T, client *fake.Clientset) (*Publisher, *atomicView) {
+	t.Helper()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	nodes := factory.Core().V1().Nodes()
+	current := &atomicView{}
+	current.set(view(t, doc))
+	p, err := NewPublisher(PublisherOptions{Client: client, Nodes: nodes.Lister(), Informer: nodes.Informer(), View: current.get, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	return p, current
+}
+
 type atomicView struct {
 	p atomic.Pointer[inventory.View]
 }
@@ -144,5 +154,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPublisherRunJoinsItsWorker (issue 25): Run belongs to a leadership term, and
+// returned at the term's end while its worker could still be patching a Node. It
+// returns once the worker has stopped.
+func TestPublisherRunJoinsItsWorker(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Spec: v1.NodeSpec{ProviderID: "baremetal://w1"}})
+	patching, release := make(chan struct{}, 1), make(chan struct{})
+	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patching <- struct{}{}
+		<-release
+		return false, nil, nil
+	})
+	p, _ := startPublisher(ctx, t, client)
+	term, end := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		p.Run(term)
+	}()
+	<-patching
+	end()
+	select {
+	case <-ran:
+		t.Fatal("Run returned while its worker was patching a Node")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-ran:
+	case <-time.After(30 * time.Second): // a deadlock detector
+		t.Fatal("Run did not return after its worker stopped")
 	}
 }

@@ -3,6 +3,7 @@ package hostinfo
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -31,7 +32,8 @@ type PublisherOptions struct {
 }
 
 // Publisher keeps Annotation current on every initialized Node (providerID
-// baremetal://<host>) whose host is in the accepted inventory. It runs on the leader.
+// baremetal://<host>) whose host is in the accepted inventory. It runs on the leader,
+// for one leadership term: its event handler, queue and worker end with Run.
 // A Node whose host is missing from the inventory keeps its last annotation: a host
 // leaving the inventory is the deletion guard's business, and an agent keeps peering
 // meanwhile.
@@ -67,19 +69,22 @@ func NewPublisher(o PublisherOptions) (*Publisher, error) {
 }
 
 // Run publishes until ctx is done (a leadership term), then removes its event
-// handler from the informer, which outlives it.
+// handler from the informer, which outlives it, and returns once its worker has
+// stopped (a write under way ends within its deadline or with ctx).
 func (p *Publisher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("hostinfo")
 	ctx = klog.NewContext(ctx, logger)
+	var worker sync.WaitGroup
+	defer worker.Wait()
 	defer func() { _ = p.o.Informer.RemoveEventHandler(p.reg) }()
 	defer p.queue.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), p.o.Informer.HasSynced) {
 		return
 	}
-	go func() {
+	worker.Go(func() {
 		for p.processNext(ctx) {
 		}
-	}()
+	})
 	tick := time.NewTicker(p.o.Interval)
 	defer tick.Stop()
 	for {

@@ -106,7 +106,8 @@ hosts:
 	full := head + "  state: maintenance\n"
 	src := &memSource{}
 	store := inventory.NewStore(src, inventory.Guard{MaxHosts: 10, MaxPercent: 25, SettleTime: 10 * time.Second, PowerMaxHosts: 5}, nil, clk)
-	store.SetNodeHosts(func() ([]string, bool) { return []string{"web-1", "db-1"}, true })
+	store.Lead(ctx, inventory.Leadership{State: &inventory.MemoryState{},
+		NodeHosts: func() ([]string, bool) { return []string{"web-1", "db-1"}, true }})
 	src.set(full)
 	for range 3 {
 		if err := store.Reload(ctx); err != nil {

@@ -11,9 +11,9 @@ import (
 )
 
 // TestGuardProperty drives random sequences of inventories (hosts removed, restored,
-// decommissioned, documents cut short), reloads, clock steps, restarts, Node
-// registrations and deletions, and acknowledgements (current and stale) through the
-// Store, and checks after every step, against a model kept by the test, that no host
+// decommissioned, documents cut short), reloads, clock steps, restarts, leadership
+// terms ending and starting again, Node registrations and deletions, and
+// acknowledgements (current and stale) through the Store, and checks after every step, against a model kept by the test, that no host
 // a Node references is reported gone unless:
 //   - it was acknowledged (it was listed by a trip whose ID the test wrote), or
 //   - it was removed within the limits: at most MaxHosts removals that were not
@@ -143,9 +143,25 @@ func TestGuardProperty(t *testing.T) {
 				case 4: // a comment
 					serve(served + "# edit " + fmt.Sprint(rng.IntN(1000)) + "\n")
 					ops = append(ops, "comment")
-				case 5: // restart
-					f.restart()
-					ops = append(ops, "restart")
+				case 5: // restart, or the leadership term ends and a later one starts
+					if rng.IntN(2) == 0 {
+						f.restart()
+						ops = append(ops, "restart")
+						break
+					}
+					f.endTerm()
+					for range 1 + rng.IntN(3) {
+						_ = f.store.Reload(f.ctx)
+						reloadsSeen++
+						f.clock.Step(time.Duration(rng.IntN(8)) * time.Second)
+						for _, h := range universe {
+							if f.store.GoneAllowed(h) == nil {
+								t.Fatalf("ops %v: %s reported gone outside a leadership term", ops, h)
+							}
+						}
+					}
+					f.lead(f.state)
+					ops = append(ops, "new-term")
 				case 6: // acknowledge the current trip, or a stale ID
 					if tr := f.store.Trip(); tr != nil && rng.IntN(3) > 0 {
 						for _, h := range tr.Hosts {

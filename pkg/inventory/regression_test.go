@@ -52,15 +52,8 @@ func TestPowerBudgetIgnoresTripInLoadedState(t *testing.T) {
 	}
 	// Another writer (the current leader) saved a trip since this replica's last
 	// decision.
-	gs, _, err := f.state.Load(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs.Trip = newTrip(tripInventory, nodesFor(0, 15), f.clock.Now())
-	if err := f.state.Save(f.ctx, gs); err != nil {
-		t.Fatal(err)
-	}
-	err = f.store.TakePowerBudget(f.ctx, "h3", "outOfService")
+	f.tripByAnotherWriter(t)
+	err := f.store.TakePowerBudget(f.ctx, "h3", "outOfService")
 	if err == nil {
 		t.Fatal("TakePowerBudget granted a power-based action although the state it loaded holds an inventory trip")
 	}
@@ -76,7 +69,7 @@ func TestPowerBudgetIgnoresTripInLoadedState(t *testing.T) {
 func TestPowerBudgetRacesTrip(t *testing.T) {
 	f := newFixture(t, 10, 25)
 	hs := &hookState{MemoryState: f.state}
-	f.store.SetStateStore(hs)
+	f.lead(hs)
 	f.setNodes(nodesFor(0, 20)...)
 	f.settle(t, hostsDoc(0, 20))
 
@@ -204,7 +197,7 @@ func TestTripIDSurvivesRestart(t *testing.T) {
 func TestClearedEventBeforeSave(t *testing.T) {
 	f := newFixture(t, 2, 100)
 	hs := &hookState{MemoryState: f.state}
-	f.store.SetStateStore(hs)
+	f.lead(hs)
 	f.setNodes(nodesFor(0, 10)...)
 	f.settle(t, hostsDoc(0, 10))
 	f.settle(t, hostsDoc(5, 10))
@@ -262,6 +255,20 @@ hosts:
 	}
 }
 
+// tripByAnotherWriter saves an inventory trip of h0..h14 into the state, as the
+// current leader would behind this Store's back.
+func (f *storeFixture) tripByAnotherWriter(t *testing.T) {
+	t.Helper()
+	gs, _, err := f.state.Load(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs.Trip = newTrip(tripInventory, nodesFor(0, 15), f.clock.Now())
+	if err := f.state.Save(f.ctx, gs); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mustView(t *testing.T, f *storeFixture) *View {
 	t.Helper()
 	v, err := f.store.View()
@@ -269,4 +276,63 @@ func mustView(t *testing.T, f *storeFixture) *View {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestBadDocumentAtStart (issue 25): within the settle time of a start no document
+// has been accepted yet, and every valid document fetched was put in use for lookups:
+// an emptied one replaced the first good one, so a new Node was not initialized
+// (InstanceMetadata found no host) until a good document settled. The first good
+// document must serve lookups; a document that takes hosts away must never replace
+// it, while one that only adds hosts serves at once.
+func TestBadDocumentAtStart(t *testing.T) {
+	f := newFixture(t, 10, 25)
+	f.setNodes(nodesFor(0, 10)...)
+	good := hostsDoc(0, 10)
+	if err := f.load(t, good); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Step(time.Second)
+	empty := "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts: []\n"
+	if err := f.load(t, empty); err != nil {
+		t.Fatal(err)
+	}
+	if v := mustView(t, f); v.Digest() != Digest([]byte(good)) {
+		t.Fatalf("lookups use %s (%d hosts) after an emptied document, want the first good one %s", v.Digest(), v.Len(), Digest([]byte(good)))
+	}
+	// Settled, the emptied document trips the guard: still the good one.
+	for range 3 {
+		f.clock.Step(6 * time.Second)
+		if err := f.load(t, empty); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.store.Trip() == nil {
+		t.Fatal("the emptied document did not trip the guard")
+	}
+	if v := mustView(t, f); v.Len() != 10 {
+		t.Fatalf("lookups use %d hosts after the emptied document settled, want the 10 of the good one", v.Len())
+	}
+	// A document that adds a host serves at once: its new Node is initialized.
+	if err := f.load(t, hostsDoc(0, 11)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mustView(t, f).Host("h10"); !ok {
+		t.Fatal("a document that only adds h10 does not serve lookups")
+	}
+}
+
+// TestHeldGrantReadsSavedState (issue 25): a host that already held a power grant
+// got it again from memory, without the saved state being read, so an inventory trip
+// saved by another writer (the current leader) was ignored.
+func TestHeldGrantReadsSavedState(t *testing.T) {
+	f := newFixture(t, 10, 25)
+	f.setNodes(nodesFor(0, 20)...)
+	f.settle(t, hostsDoc(0, 20))
+	if err := f.store.TakePowerBudget(f.ctx, "h3", "outOfService"); err != nil {
+		t.Fatal(err)
+	}
+	f.tripByAnotherWriter(t)
+	if err := f.store.TakePowerBudget(f.ctx, "h3", "outOfService"); !errors.Is(err, ErrDeletionGuard) {
+		t.Fatalf("TakePowerBudget(h3, held grant) = %v, want ErrDeletionGuard: the saved state holds an inventory trip", err)
+	}
 }

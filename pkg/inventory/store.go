@@ -103,6 +103,21 @@ const stateTimeout = 10 * time.Second
 // Source, keeps the last good View when a reload fails or a change is held back, and
 // says why through logs, events and metrics.
 //
+// Lifetimes: the Store, its reload loop (Run) and the View it serves live for the
+// process, on every replica (the agent reads its host's rack peers from it, the
+// leader's controllers its hosts). The deletion guard's decisions and the power-off
+// budget's grants belong to a leadership term (Lead): only within one does the Store
+// read or write its state, accept a document, report a host gone or grant a
+// power-based action; the term's end cancels its state calls and forgets what it
+// decided, and the next term starts like a new leader (from the saved state).
+//
+// What serves lookups (View): the first valid document; then a document that takes no
+// protection away from the one in use (it only adds hosts, or changes what no safety
+// rule reads, such as labels) at once; a document the guard accepts in a term; and, on
+// a replica that does not lead, a document that removes no host once it has settled.
+// A document that fails to fetch or parse, or that takes hosts away without the
+// guard's acceptance, never replaces the one in use.
+//
 // Guarantees (a property test drives random inventories, restarts and
 // acknowledgements through them):
 //   - A host is reported gone (GoneAllowed is nil) only when its removal was accepted:
@@ -116,7 +131,9 @@ const stateTimeout = 10 * time.Second
 //     or by an inventory that holds its hosts again; editing the document otherwise
 //     (a comment) keeps it. While a trip stands no host is reported gone.
 //   - Nothing is reported gone while the latest reload failed, before the inventory
-//     was compared with the Nodes, or while the state store cannot be read or written.
+//     was compared with the Nodes, while the state store cannot be read or written, or
+//     outside a leadership term; no state is read or saved outside a term, nor saved
+//     when the term's fence refuses; every grant reads the saved state first.
 //
 // View and GoneAllowed never wait for the Source or the StateStore.
 type Store struct {
@@ -125,9 +142,9 @@ type Store struct {
 	events EventSink
 	clock  clock.PassiveClock
 
-	view      atomic.Pointer[View]
-	nodeHosts atomic.Pointer[NodeHostsFunc]
-	state     atomic.Pointer[StateStore]
+	view atomic.Pointer[View]
+	// lead is the current leadership term, nil outside one (see Lead).
+	lead atomic.Pointer[term]
 
 	reloadMu sync.Mutex // serializes reloads; held across Fetch
 	// mu guards the fields below. It is held across StateStore calls (bounded by
@@ -157,8 +174,8 @@ type status struct {
 	powerTrip *Trip
 }
 
-// NewStore returns a Store that has loaded nothing yet; call Reload or Run. Until
-// SetStateStore is called it keeps its state in memory.
+// NewStore returns a Store that has loaded nothing yet and decides nothing until Lead;
+// call Reload or Run.
 func NewStore(src Source, guard Guard, events EventSink, clk clock.PassiveClock) *Store {
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -173,33 +190,16 @@ func NewStore(src Source, guard Guard, events EventSink, clk clock.PassiveClock)
 		guard.Parse = Parse
 	}
 	s := &Store{src: src, guard: guard, events: events, clock: clk}
-	var mem StateStore = &MemoryState{}
-	s.state.Store(&mem)
 	s.status.Store(&status{why: "the inventory has not been compared with the cluster's Nodes yet"})
 	registerMetrics()
 	return s
 }
 
-// SetNodeHosts gives the Store a way to see which hosts existing Nodes reference.
-// Until it is set and reports ok, nothing is reported gone.
-func (s *Store) SetNodeHosts(fn NodeHostsFunc) { s.nodeHosts.Store(&fn) }
-
-// SetStateStore makes the Store keep its guard state in st (the cluster) instead of
-// memory. Call it before the first Reload.
-func (s *Store) SetStateStore(st StateStore) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.state.Store(&st)
-	s.gs = nil
-}
-
 // Source returns the Store's source.
 func (s *Store) Source() Source { return s.src }
 
-// View returns the current inventory: the last one the guard accepted (or, before
-// it accepted any, the latest one that loaded, for metadata only: on a replica that is
-// not the leader the guard never decides, and its agent follows the latest document). It wraps ErrNotLoaded when
-// none has loaded.
+// View returns the inventory that serves lookups (see Store: the last good one, or at a
+// start the first one that loaded). It wraps ErrNotLoaded when none has loaded.
 func (s *Store) View() (*View, error) {
 	if v := s.view.Load(); v != nil {
 		return v, nil
@@ -228,9 +228,10 @@ func (s *Store) GoneAllowed(host string) error {
 	return nil
 }
 
-// Ready returns nil when the Store may back a destructive decision at all: an
-// inventory loaded, the latest reload succeeded, the guard compared it with the
-// cluster and can read and write its state, and no inventory change is held back.
+// Ready returns nil when the Store may back a destructive decision at all: it leads a
+// term (Lead), an inventory loaded, the latest reload succeeded, the guard compared it
+// with the cluster and can read and write its state, and no inventory change is held
+// back.
 // Otherwise its error wraps ErrNotLoaded, ErrReloadFailing or ErrDeletionGuard and
 // says what to do.
 func (s *Store) Ready() error {
@@ -240,6 +241,9 @@ func (s *Store) Ready() error {
 	st := s.status.Load()
 	if st.loadErr != nil {
 		return fmt.Errorf("%w: %w; no Node is reported gone until %s loads again", ErrReloadFailing, st.loadErr, s.src)
+	}
+	if !s.Leading() { // at once when the term's context ends, before its end is published
+		return fmt.Errorf("%w: %w; no Node is reported gone here", ErrDeletionGuard, errNotLeading)
 	}
 	if st.why != "" {
 		return fmt.Errorf("%w: %s; no Node is reported gone until it is", ErrDeletionGuard, st.why)
@@ -298,13 +302,6 @@ func (s *Store) Reload(ctx context.Context) error {
 				s.latest, s.latestSeen, s.latestPolls = cand, now, 0
 			}
 			s.latestPolls++
-			if s.accepted == nil {
-				// The guard has accepted nothing yet (it has not compared with the
-				// Nodes, or never will: a replica that is not the leader serves its
-				// agent only): serve the latest document for metadata. Nothing is
-				// reported gone that the guard did not accept.
-				s.install(cand)
-			}
 		}
 	case err == nil: // unchanged: the document's verdict stands
 		err = s.docErr
@@ -333,8 +330,35 @@ func (s *Store) Reload(ctx context.Context) error {
 	s.loadErr, s.lastEvErr = nil, ""
 	lastReloadFailed.Set(0)
 	lastSuccess.Set(float64(now.Unix()))
+	s.serveLatest(now)
 	s.decide(ctx, now)
 	return nil
+}
+
+// serveLatest puts the latest document in use for lookups when that takes nothing
+// away: when none is in use, when it takes no protection away from the one in use,
+// or, while this replica does not lead (no guard decides here), when it removes no
+// host and has settled. Everything else waits for the guard of a term (decide). It
+// runs with s.mu held.
+func (s *Store) serveLatest(now time.Time) {
+	latest, cur := s.latest, s.view.Load()
+	if latest == nil || cur != nil && cur.Digest() == latest.Digest() {
+		return
+	}
+	switch {
+	case cur == nil:
+	case reducesProtection(cur, latest) == "":
+	case s.lead.Load() == nil && s.settled(now) && len(removedHosts(cur, latest)) == 0:
+	default:
+		return
+	}
+	s.install(latest)
+}
+
+// settled reports whether the latest document was seen unchanged for SettleTime and
+// by two fetches. It runs with s.mu held.
+func (s *Store) settled(now time.Time) bool {
+	return now.Sub(s.latestSeen) >= s.guard.SettleTime && s.latestPolls >= 2
 }
 
 // decide loads the guard state, applies acknowledgements, compares the latest
@@ -342,19 +366,24 @@ func (s *Store) Reload(ctx context.Context) error {
 // can be acted on. It runs with s.mu held.
 func (s *Store) decide(ctx context.Context, now time.Time) {
 	logger := klog.FromContext(ctx).WithValues("source", s.src.String())
-	if s.latest == nil {
-		return // nothing valid fetched yet
+	t := s.lead.Load()
+	if s.latest == nil || t == nil || t.ctx.Err() != nil {
+		return // nothing valid fetched yet, or not leading: the guard does not decide
 	}
-	nodeHosts, ok := s.currentNodeHosts()
+	nodeHosts, ok := t.NodeHosts()
 	if !ok {
 		s.stateErr = errors.New("the inventory has not been compared with the cluster's Nodes yet (Node informer not synced)")
 		return
 	}
-	store := *s.state.Load()
-	lctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	store := t.State
+	lctx, cancel := t.callContext(ctx)
 	defer cancel()
 	loaded, storeAcks, err := store.Load(lctx)
 	if err != nil {
+		if t.ctx.Err() != nil {
+			s.notLeading(ctx, fmt.Errorf("%w: its leadership term ended", errFenced))
+			return
+		}
 		s.stateFailed(ctx, fmt.Errorf("cannot read the deletion guard state from %s: %w", store, err))
 		return
 	}
@@ -371,7 +400,7 @@ func (s *Store) decide(ctx context.Context, now time.Time) {
 	reduced := reducesProtection(s.accepted, latest)
 	install := false
 	switch {
-	case (len(gone) > 0 || reduced != "") && (now.Sub(s.latestSeen) < s.guard.SettleTime || s.latestPolls < 2):
+	case (len(gone) > 0 || reduced != "") && !s.settled(now):
 		// A document that would report hosts gone, or take protection away (a host
 		// out of maintenance, another systemUUID or BMC), may have been read
 		// mid-write: it is used once it has been seen unchanged for a while.
@@ -435,10 +464,12 @@ func (s *Store) decide(ctx context.Context, now time.Time) {
 		s.status.Store(&st)
 	}
 	if !equalState(loaded, gs) {
-		sctx, cancel := context.WithTimeout(ctx, stateTimeout)
-		defer cancel()
-		if err := store.Save(sctx, gs); err != nil {
-			s.stateFailed(ctx, fmt.Errorf("cannot save the deletion guard state to %s: %w", store, err))
+		if err := t.save(ctx, gs); err != nil {
+			if errors.Is(err, errFenced) || t.ctx.Err() != nil {
+				s.notLeading(ctx, fmt.Errorf("%w: %w", errFenced, err))
+			} else {
+				s.stateFailed(ctx, fmt.Errorf("cannot save the deletion guard state to %s: %w", store, err))
+			}
 			return
 		}
 	}
@@ -487,18 +518,8 @@ func reducesProtection(accepted, latest *View) string {
 	}
 	var changed []string
 	accepted.Hosts(func(a *Host) {
-		l, ok := latest.Host(a.Name)
-		switch {
-		case !ok || (l.Gone() && !a.Gone()):
-			changed = append(changed, a.Name+" (removed)")
-		case a.State == StateMaintenance && l.State != StateMaintenance:
-			changed = append(changed, a.Name+" (out of maintenance)")
-		case a.SystemUUID != l.SystemUUID:
-			changed = append(changed, a.Name+" (systemUUID)")
-		case !reflect.DeepEqual(a.BMC, l.BMC):
-			changed = append(changed, a.Name+" (bmc)")
-		case !reflect.DeepEqual(a.Addresses, l.Addresses):
-			changed = append(changed, a.Name+" (addresses)")
+		if what := protectionLost(a, latest); what != "" {
+			changed = append(changed, a.Name+" ("+what+")")
 		}
 	})
 	if len(changed) == 0 {
@@ -506,6 +527,39 @@ func reducesProtection(accepted, latest *View) string {
 	}
 	slices.Sort(changed)
 	return fmt.Sprintf("%d hosts: %s", len(changed), summarize(changed, 5))
+}
+
+// removedHosts returns the hosts of cur that latest lacks or decommissions.
+func removedHosts(cur, latest *View) []string {
+	var out []string
+	cur.Hosts(func(a *Host) {
+		if protectionLost(a, latest) == lostRemoved {
+			out = append(out, a.Name)
+		}
+	})
+	return out
+}
+
+const lostRemoved = "removed"
+
+// protectionLost says what latest takes away from host a of another document: it is
+// removed (absent or newly decommissioned), out of maintenance, or its systemUUID, BMC
+// or addresses changed; "" when nothing.
+func protectionLost(a *Host, latest *View) string {
+	l, ok := latest.Host(a.Name)
+	switch {
+	case !ok || (l.Gone() && !a.Gone()):
+		return lostRemoved
+	case a.State == StateMaintenance && l.State != StateMaintenance:
+		return "out of maintenance"
+	case a.SystemUUID != l.SystemUUID:
+		return "systemUUID"
+	case !reflect.DeepEqual(a.BMC, l.BMC):
+		return "bmc"
+	case !reflect.DeepEqual(a.Addresses, l.Addresses):
+		return "addresses"
+	}
+	return ""
 }
 
 func (g *GuardState) tripOrNil() *Trip {
@@ -620,13 +674,15 @@ func (s *Store) applyAcks(ctx context.Context, gs *GuardState, acks []string, no
 }
 
 // TakePowerBudget asks for host's power-based action (kind: "deleteAfter" or
-// "outOfService"). It returns nil when the host already holds a grant within the power
-// window, or when one is left in the budget (the grant is saved before it returns);
-// otherwise the host joins the hosts waiting for an acknowledgement and the error
-// wraps ErrPowerBudget and says how to acknowledge. It first requires Ready (a held
-// inventory change or a failing reload stops power-based actions too), checked again
-// under the Store's lock and against the state it loads (a trip saved by another
-// writer counts), and an inventory that settled since the start; errors reading or
+// "outOfService"). It returns nil when the saved state shows the host holding a grant
+// within the power window, or when one is left in the budget (the grant is saved before
+// it returns); otherwise the host joins the hosts waiting for an acknowledgement and
+// the error wraps ErrPowerBudget and says how to acknowledge. Only the leader grants:
+// outside a leadership term, or when the term's fence refuses, the error wraps
+// ErrDeletionGuard. It first requires Ready (a held inventory change or a failing
+// reload stops power-based actions too), checked again under the Store's lock and
+// against the state it loads first, every time (a trip saved by another writer
+// counts), and an inventory that settled since the term started; errors reading or
 // saving the state wrap ErrDeletionGuard: no action without a saved grant. A host in
 // maintenance in the accepted or the latest inventory is refused with ErrMaintenance.
 func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
@@ -635,9 +691,12 @@ func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t := s.lead.Load()
 	now := s.clock.Now()
 	// Again under the lock: a reload may have decided meanwhile.
 	switch {
+	case t == nil || t.ctx.Err() != nil:
+		return fmt.Errorf("%w: %w; no power-based action here", ErrDeletionGuard, errNotLeading)
 	case s.loadErr != nil:
 		return fmt.Errorf("%w: %w; no power-based action until %s loads again", ErrReloadFailing, s.loadErr, s.src)
 	case s.stateErr != nil || s.gs == nil:
@@ -645,7 +704,7 @@ func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
 	case s.gs.Trip != nil:
 		return fmt.Errorf("%w tripped: no power-based action while an inventory change is held (%s)", ErrDeletionGuard, s.gs.Trip.ID)
 	case s.accepted == nil:
-		return fmt.Errorf("%w: no inventory has settled since the start (deletionGuard.settleTime); no power-based action until one has", ErrDeletionGuard)
+		return fmt.Errorf("%w: no inventory has settled since this replica started leading (deletionGuard.settleTime); no power-based action until one has", ErrDeletionGuard)
 	}
 	// Maintenance exempts a host when either the accepted or the latest document says
 	// so: a document that puts a host into maintenance protects it at once, even while
@@ -658,70 +717,30 @@ func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
 			return fmt.Errorf("%w: host %q is in maintenance in inventory %s", ErrMaintenance, host, v.Digest())
 		}
 	}
-	if s.gs != nil {
-		// Grants are only ever added within their window: a saved one holds. A host
-		// already waiting keeps waiting until an acknowledgement, which only a reload
-		// applies (to s.gs): neither needs the state store.
-		if r, ok := s.gs.Power[host]; ok && r.At.After(now.Add(-s.guard.PowerWindow)) {
-			return nil
-		}
-		if t := s.gs.PowerTrip; t != nil && slices.Contains(t.Hosts, host) {
-			return fmt.Errorf("%w: %d hosts wait (%s); %s", ErrPowerBudget, len(t.Hosts), summarize(t.Hosts, 5), s.ackHint(t))
-		}
+	// A host already waiting keeps waiting until an acknowledgement, which only a
+	// reload applies: a refusal needs no read of the state. A grant always does.
+	if pt := s.gs.PowerTrip; pt != nil && slices.Contains(pt.Hosts, host) {
+		return fmt.Errorf("%w: %d hosts wait (%s); %s", ErrPowerBudget, len(pt.Hosts), summarize(pt.Hosts, 5), s.ackHint(pt))
 	}
-	store := *s.state.Load()
-	lctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	lctx, cancel := t.callContext(ctx)
 	defer cancel()
-	loaded, _, err := store.Load(lctx)
+	loaded, _, err := t.State.Load(lctx)
 	if err != nil {
-		return fmt.Errorf("%w: cannot read its state from %s: %w", ErrDeletionGuard, store, err)
+		return fmt.Errorf("%w: cannot read its state from %s: %w", ErrDeletionGuard, t.State, err)
 	}
 	gs := loaded.clone()
 	if gs.Trip != nil {
 		// Saved by another writer (this replica's view of the state is behind).
 		return fmt.Errorf("%w tripped: no power-based action while an inventory change is held (%s)", ErrDeletionGuard, gs.Trip.ID)
 	}
-	pcut := now.Add(-s.guard.PowerWindow)
-	if r, ok := gs.Power[host]; ok && r.At.After(pcut) {
-		return nil
-	}
-	used := 0
-	for _, r := range gs.Power {
-		if r.By == byLimits && r.At.After(pcut) {
-			used++
-		}
-	}
-	var result error
-	newWait := false
-	if used < s.guard.PowerMaxHosts {
-		gs.Power[host] = Removal{Host: host, At: now, By: byLimits}
-		powerUsedGauge.Set(float64(used + 1))
-	} else {
-		waiting := []string{host}
-		since := now
-		if t := gs.PowerTrip; t != nil {
-			since = t.Since
-			waiting = t.Hosts
-			if !slices.Contains(waiting, host) {
-				waiting = append(slices.Clone(waiting), host)
-				slices.Sort(waiting)
-				newWait = true
-			}
-		} else {
-			newWait = true
-		}
-		if newWait {
-			gs.PowerTrip = newTrip(tripPower, waiting, since)
-		}
-		result = fmt.Errorf("%w: %d of %d hosts used within %s; %d hosts wait (%s); %s",
-			ErrPowerBudget, used, s.guard.PowerMaxHosts, s.guard.PowerWindow, len(gs.PowerTrip.Hosts), summarize(gs.PowerTrip.Hosts, 5), s.ackHint(gs.PowerTrip))
-	}
+	result, newWait := s.grant(gs, host, now)
 	if !equalState(loaded, gs) {
-		sctx, cancel := context.WithTimeout(ctx, stateTimeout)
-		defer cancel()
-		if err := store.Save(sctx, gs); err != nil {
-			return fmt.Errorf("%w: cannot save its state to %s: %w", ErrDeletionGuard, store, err)
+		if err := t.save(ctx, gs); err != nil {
+			return fmt.Errorf("%w: cannot save its state to %s: %w", ErrDeletionGuard, t.State, err)
 		}
+	} else if err := t.check(lctx); err != nil {
+		// A grant held already: still only the leader acts on it.
+		return fmt.Errorf("%w: %w", ErrDeletionGuard, err)
 	}
 	s.gs = gs
 	powerWaitingGauge.Set(float64(len(gs.PowerTrip.hostsOrNil())))
@@ -734,6 +753,46 @@ func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
 	return result
 }
 
+// grant applies the power-off budget to host in gs, the state just loaded: nil when
+// host holds a grant within the power window or one is left (added to gs), else an
+// error wrapping ErrPowerBudget with the host added to the waiting hosts (newWait:
+// it was not among them).
+func (s *Store) grant(gs *GuardState, host string, now time.Time) (result error, newWait bool) {
+	pcut := now.Add(-s.guard.PowerWindow)
+	if r, ok := gs.Power[host]; ok && r.At.After(pcut) {
+		return nil, false
+	}
+	used := 0
+	for _, r := range gs.Power {
+		if r.By == byLimits && r.At.After(pcut) {
+			used++
+		}
+	}
+	if used < s.guard.PowerMaxHosts {
+		gs.Power[host] = Removal{Host: host, At: now, By: byLimits}
+		powerUsedGauge.Set(float64(used + 1))
+		return nil, false
+	}
+	waiting := []string{host}
+	since := now
+	if t := gs.PowerTrip; t != nil {
+		since = t.Since
+		waiting = t.Hosts
+		if !slices.Contains(waiting, host) {
+			waiting = append(slices.Clone(waiting), host)
+			slices.Sort(waiting)
+			newWait = true
+		}
+	} else {
+		newWait = true
+	}
+	if newWait {
+		gs.PowerTrip = newTrip(tripPower, waiting, since)
+	}
+	return fmt.Errorf("%w: %d of %d hosts used within %s; %d hosts wait (%s); %s",
+		ErrPowerBudget, used, s.guard.PowerMaxHosts, s.guard.PowerWindow, len(gs.PowerTrip.Hosts), summarize(gs.PowerTrip.Hosts, 5), s.ackHint(gs.PowerTrip)), newWait
+}
+
 func (t *Trip) hostsOrNil() []string {
 	if t == nil {
 		return nil
@@ -744,7 +803,11 @@ func (t *Trip) hostsOrNil() []string {
 // ackHint says how to acknowledge a trip.
 func (s *Store) ackHint(t *Trip) string {
 	hint := fmt.Sprintf("to accept exactly this, acknowledge %s", t.ID)
-	if cm, ok := (*s.state.Load()).(*ConfigMapState); ok {
+	var cm *ConfigMapState
+	if lt := s.lead.Load(); lt != nil {
+		cm, _ = lt.State.(*ConfigMapState)
+	}
+	if cm != nil {
 		hint += fmt.Sprintf(": kubectl -n %s annotate configmap %s %s=%s --overwrite", cm.Namespace, StateConfigMapName, AnnotationAcknowledge, t.ID)
 		if s.guard.AckFile != "" {
 			hint += " (or write it to " + s.guard.AckFile + " on the leader's host)"
@@ -775,14 +838,6 @@ func (s *Store) install(v *View) {
 	for st, n := range counts {
 		hostsGauge.WithLabelValues(string(st)).Set(float64(n))
 	}
-}
-
-func (s *Store) currentNodeHosts() ([]string, bool) {
-	fn := s.nodeHosts.Load()
-	if fn == nil {
-		return nil, false
-	}
-	return (*fn)()
 }
 
 func (s *Store) tripped(ctx context.Context, t *Trip) {

@@ -111,6 +111,8 @@ type storeFixture struct {
 	guard Guard
 	ack   string
 	ctx   context.Context
+	// endTerm ends the Store's leadership term.
+	endTerm context.CancelFunc
 
 	mu     sync.Mutex
 	nodes  []string
@@ -134,15 +136,24 @@ func newFixture(t *testing.T, maxHosts, maxPercent int) *storeFixture {
 // or a new leader would be.
 func (f *storeFixture) restart() {
 	f.store = NewStore(f.src, f.guard, f.sink, f.clock)
-	f.store.SetStateStore(f.state)
-	f.store.SetNodeHosts(func() ([]string, bool) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return slices.Clone(f.nodes), f.synced
-	})
+	f.lead(f.state)
 	f.src.mu.Lock()
 	f.src.last = nil // a new process reads the document anew
 	f.src.mu.Unlock()
+}
+
+// lead starts a leadership term of the Store, until endTerm or the test's end, with
+// st as its state store.
+func (f *storeFixture) lead(st StateStore) {
+	ctx, end := context.WithCancel(f.ctx)
+	f.endTerm = end
+	f.store.Lead(ctx, Leadership{State: st, NodeHosts: f.nodeHosts})
+}
+
+func (f *storeFixture) nodeHosts() ([]string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.nodes), f.synced
 }
 
 func (f *storeFixture) setNodes(hosts ...string) {
@@ -607,8 +618,7 @@ func TestPowerBudget(t *testing.T) {
 func TestGuardStateUnavailable(t *testing.T) {
 	f := newFixture(t, 10, 25)
 	f.setNodes("h0")
-	bad := &failingState{}
-	f.store.SetStateStore(bad)
+	f.lead(&failingState{})
 	f.settle(t, hostsDoc(1, 5))
 	if err := f.store.GoneAllowed("h0"); !errors.Is(err, ErrDeletionGuard) || !strings.Contains(err.Error(), "etcd down") {
 		t.Fatalf("GoneAllowed = %v", err)

@@ -2,9 +2,12 @@
 // assigns each Service its IPs from the CloudConfig's pools (package ipam), and the
 // announcement side (Desired) computes the BGP paths every replica's agent announces.
 //
-// IPAM state lives only in the Services themselves (status.loadBalancer.ingress): the
-// allocator is primed from every existing Service before its first allocation, so a
-// restart or a leader change never hands out an IP that is in use.
+// IPAM state lives in the cluster: the Services' status.loadBalancer.ingress, and a
+// claim per address (see Claimer) that the API server keeps unique. The allocator is
+// primed from every existing Service and claim before its first allocation, so a
+// restart or a leader change never hands out an IP that is in use, and an address
+// is claimed before any status shows it, so not even a leader with a stale view
+// can give one address to two Services.
 package lb
 
 import (
@@ -26,6 +29,7 @@ import (
 	servicehelper "k8s.io/cloud-provider/service/helpers"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/internal/testhook"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
 )
@@ -56,7 +60,10 @@ type EventRecorder interface {
 
 // Announcer is told about every Service's addresses after they are assigned and
 // before they are released, for announcers that work through the Service object
-// (metallb.Services).
+// (metallb.Services). Its writes to the Service must be fenced and conditional on
+// svc's resourceVersion; after a write it may advance svc (resourceVersion and
+// what it wrote, nothing else), so the service controller's status patch, based
+// on svc, does not conflict with the announcer's own write.
 type Announcer interface {
 	Ensure(ctx context.Context, svc *v1.Service, ips []netip.Addr) error
 	Delete(ctx context.Context, svc *v1.Service) error
@@ -84,9 +91,24 @@ type LoadBalancer struct {
 	services   corelisters.ServiceLister
 	synced     cache.InformerSynced
 	list       func(context.Context) ([]*v1.Service, error)
+	claimer    Claimer
+	fence      func(context.Context) error
 	primed     bool
 	reprime    bool
 	reprimedAt time.Time // the last re-prime (not the first prime)
+	// forcedAt is the last re-prime a failed claim asked for (see forceReprime).
+	forcedAt time.Time
+
+	// known are the claims this replica knows to exist, by address: listed at the
+	// last prime, made or released since. A claim known for the same holder is not
+	// made again (a re-sync of a Service costs no write). Guarded by knownMu.
+	knownMu sync.Mutex
+	known   map[netip.Addr]Claim
+
+	relMu sync.Mutex
+	// released are the addresses EnsureLoadBalancerDeleted freed, per Service, whose
+	// claims Committed deletes once the status no longer shows them.
+	released map[string][]netip.Addr
 }
 
 // minReprimeInterval bounds how often conflicts make the allocator re-prime (each time
@@ -122,6 +144,38 @@ func (l *LoadBalancer) SetLister(list func(context.Context) ([]*v1.Service, erro
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.list = list
+}
+
+// SetClaimer makes every assignment claim its addresses first (see Claimer); nil: no
+// claims (unit tests, and clusters without networking.k8s.io/v1 IPAddress).
+func (l *LoadBalancer) SetClaimer(c Claimer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.claimer = c
+}
+
+// SetFence makes every claim and release first ask fence whether this replica
+// still leads (see controller.Fence).
+func (l *LoadBalancer) SetFence(fence func(context.Context) error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fence = fence
+}
+
+func (l *LoadBalancer) claims() (Claimer, func(context.Context) error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.claimer, l.fence
+}
+
+// forceReprime makes the next call re-prime, at most once a second: a claim that
+// failed means another leader assigned addresses this replica does not know of.
+func (l *LoadBalancer) forceReprime() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.primed && time.Since(l.forcedAt) >= time.Second {
+		l.reprime, l.forcedAt = true, time.Now()
+	}
 }
 
 // Reprime makes the next call rebuild the allocator's state from a consistent List
@@ -193,6 +247,15 @@ func (l *LoadBalancer) prime(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing Services to prime IPAM: %w", err)
 	}
+	var claims map[netip.Addr]Claim
+	if l.claimer != nil {
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		claims, err = l.claimer.List(lctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("listing address claims to prime IPAM: %w", err)
+		}
+	}
 	l.allocMu.Lock()
 	defer l.allocMu.Unlock()
 	if l.primed {
@@ -208,17 +271,18 @@ func (l *LoadBalancer) prime(ctx context.Context) error {
 	})
 	logger := klog.FromContext(ctx)
 	held := 0
+	used := map[netip.Addr]bool{} // claims a Service was primed with
 	for _, svc := range svcs {
 		// A Service being deleted without the cleanup finalizer has had its
 		// addresses released already (other finalizers may keep it around).
 		if !Owned(svc) || svc.DeletionTimestamp != nil && !servicehelper.HasLBFinalizer(svc) {
 			continue
 		}
-		current := IngressIPs(svc)
+		req, _ := ipam.ParseService(svc) // a bad annotation does not release what it holds
+		current := primeIPs(svc, req, claims, used)
 		if len(current) == 0 {
 			continue
 		}
-		req, _ := ipam.ParseService(svc) // a bad annotation does not release what it holds
 		if err := l.alloc.Prime(key(svc), req, current); err != nil {
 			logger.Error(err, "Service holds an IP another Service holds too; keeping the first holder", "service", key(svc), "ips", current)
 			l.events.Eventf(svc, v1.EventTypeWarning, ReasonPrimingConflict, "%v", err)
@@ -226,14 +290,82 @@ func (l *LoadBalancer) prime(ctx context.Context) error {
 		}
 		held++
 	}
+	reserved := l.reserveClaims(claims, used)
+	l.knownMu.Lock()
+	l.known = map[netip.Addr]Claim{}
+	for ip, c := range claims {
+		if c.Ours {
+			l.known[ip] = c
+		}
+	}
+	l.knownMu.Unlock()
 	again := l.primed
 	if again {
 		l.reprimedAt = time.Now()
 	}
 	l.primed, l.reprime = true, false
-	logger.Info("IPAM primed from existing Services", "services", held, "again", again)
+	logger.Info("IPAM primed from existing Services", "services", held, "claims", len(claims), "reservedByClaimsOnly", reserved, "again", again)
 	updateUsage(l.alloc)
 	return nil
+}
+
+// holderOf is the claim holder of a Service with request req.
+func holderOf(svc *v1.Service, req ipam.Request) Holder {
+	return Holder{Namespace: svc.Namespace, Name: svc.Name, UID: svc.UID, SharingKey: req.SharingKey}
+}
+
+// primeIPs are the addresses svc is primed with: those of its status that no other
+// holder claims (claims decide a duplicate: the other Service keeps the address),
+// and those claimed for it that its status does not show yet (a leader that claimed
+// them and stopped before writing the status). used collects the claims taken.
+func primeIPs(svc *v1.Service, req ipam.Request, claims map[netip.Addr]Claim, used map[netip.Addr]bool) []netip.Addr {
+	status := IngressIPs(svc)
+	if claims == nil {
+		return status
+	}
+	h := holderOf(svc, req)
+	var out []netip.Addr
+	for _, ip := range status {
+		if c, ok := claims[ip]; ok && !c.owns(h) {
+			continue
+		}
+		out = append(out, ip)
+		used[ip] = true
+	}
+	if h.SharingKey == "" {
+		for ip, c := range claims {
+			if c.owns(h) && !slices.Contains(out, ip) {
+				out = append(out, ip)
+				used[ip] = true
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// reservationKey is the allocator key that holds an address claimed by no live
+// Service known here (a deleted Service's, not collected yet, or another
+// manager's, such as a ClusterIP), so it is not handed out. It has no "/", unlike
+// a Service's key.
+func reservationKey(ip netip.Addr) string { return "claim:" + ip.String() }
+
+// reserveClaims reserves the claimed addresses no Service was primed with, and
+// returns how many (allocMu held for writing).
+func (l *LoadBalancer) reserveClaims(claims map[netip.Addr]Claim, used map[netip.Addr]bool) int {
+	n := 0
+	for ip, c := range claims {
+		if used[ip] || l.alloc.InUse(ip) {
+			continue
+		}
+		if _, inPool := l.alloc.PoolOf(ip); !inPool && !c.Ours {
+			continue // another manager's address outside the pools: not ours to care about
+		}
+		if l.alloc.Prime(reservationKey(ip), ipam.Request{}, []netip.Addr{ip}) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // GetLoadBalancer reports the Service's addresses when it has any.
@@ -271,7 +403,14 @@ func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 		return nil, err
 	}
 	before, had := l.alloc.Assigned(key(svc))
-	a, err := l.alloc.Assign(key(svc), req, IngressIPs(svc))
+	current := IngressIPs(svc)
+	a, err := l.alloc.Assign(key(svc), req, current)
+	var he *ipam.HeldElsewhereError
+	if errors.As(err, &he) {
+		if current, err = l.resolveDuplicate(ctx, svc, req, current, he); err == nil {
+			a, err = l.alloc.Assign(key(svc), req, current)
+		}
+	}
 	updateUsage(l.alloc)
 	if err != nil {
 		if held, ok := l.alloc.Assigned(key(svc)); ok {
@@ -290,6 +429,16 @@ func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 		}
 		return nil, err
 	}
+	if err := l.claim(ctx, svc, req, a.IPs); err != nil {
+		if errors.Is(err, ErrClaimed) {
+			// Another leader gave an address away that this replica did not know
+			// of: rebuild the view from the cluster and try again.
+			l.forceReprime()
+			logger.Info("An assigned address is claimed by another holder; re-priming and retrying", "err", err)
+			return nil, retryLater(err, time.Second)
+		}
+		return nil, err
+	}
 	if !had || !sameIPs(before.IPs, a.IPs) {
 		l.events.Eventf(svc, v1.EventTypeNormal, ReasonIPAssigned, "Assigned %v from pool %v", a.IPs, a.Pools)
 		logger.Info("Assigned load balancer IPs", "ips", a.IPs, "pools", a.Pools)
@@ -304,6 +453,104 @@ func (l *LoadBalancer) EnsureLoadBalancer(ctx context.Context, _ string, svc *v1
 		}
 	}
 	return status(a.IPs), nil
+}
+
+// claim claims ips for svc before any status shows them (nothing without a
+// Claimer). The error wraps ErrClaimed when another holder has one of them.
+func (l *LoadBalancer) claim(ctx context.Context, svc *v1.Service, req ipam.Request, ips []netip.Addr) error {
+	claimer, fence := l.claims()
+	if claimer == nil {
+		return nil
+	}
+	if fence != nil {
+		if err := fence(ctx); err != nil {
+			return fmt.Errorf("not claiming: %w", err)
+		}
+	}
+	testhook.HoldBeforeClaim(ctx, svc.Namespace, svc.Name, "ips", ips)
+	h := holderOf(svc, req)
+	for _, ip := range ips {
+		if l.knownFor(ip, h) {
+			// Claimed for it already: the claim stays while the Service lives (only
+			// a leader that wrote this Service's status since, or the Service's
+			// deletion, releases it; see Committed and RunClaimCollector).
+			continue
+		}
+		if err := claimer.Claim(ctx, ip, h); err != nil {
+			return err
+		}
+		l.setKnown(ip, &Claim{IP: ip, Holder: h, Ours: true, Created: time.Now()})
+	}
+	return nil
+}
+
+// knownFor reports whether this replica knows a claim of ip for h.
+func (l *LoadBalancer) knownFor(ip netip.Addr, h Holder) bool {
+	l.knownMu.Lock()
+	defer l.knownMu.Unlock()
+	c, ok := l.known[ip]
+	return ok && c.owns(h)
+}
+
+// setKnown records the claim of ip (nil: none).
+func (l *LoadBalancer) setKnown(ip netip.Addr, c *Claim) {
+	l.knownMu.Lock()
+	defer l.knownMu.Unlock()
+	if l.known == nil {
+		l.known = map[netip.Addr]Claim{}
+	}
+	if c == nil {
+		delete(l.known, ip)
+	} else {
+		l.known[ip] = *c
+	}
+}
+
+// knownHeldBy returns the addresses this replica knows claimed for exactly svc's
+// holder h (not a sharing group's).
+func (l *LoadBalancer) knownHeldBy(h Holder) []netip.Addr {
+	l.knownMu.Lock()
+	defer l.knownMu.Unlock()
+	var out []netip.Addr
+	for ip, c := range l.known {
+		if h.SharingKey == "" && c.Holder.SharingKey == "" && c.owns(h) {
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// resolveDuplicate handles an address of svc's status that the allocator has held
+// by another Service. If the claim is svc's, the allocator is stale: it re-primes.
+// Otherwise the other holder keeps the address (it holds the claim, or, unclaimed,
+// it is the older Service), and unless svc asked for that very address, svc gets
+// another one: resolveDuplicate returns the status addresses to keep, after an
+// event. With a request for it, svc stays pending (the error).
+func (l *LoadBalancer) resolveDuplicate(ctx context.Context, svc *v1.Service, req ipam.Request, current []netip.Addr, he *ipam.HeldElsewhereError) ([]netip.Addr, error) {
+	claimer, _ := l.claims()
+	if claimer == nil {
+		return nil, he
+	}
+	c, ok, err := claimer.Get(ctx, he.IP)
+	if err != nil {
+		return nil, err
+	}
+	if ok && c.owns(holderOf(svc, req)) {
+		l.forceReprime()
+		return nil, retryLater(he, time.Second)
+	}
+	if slices.Contains(req.IPs, he.IP) {
+		return nil, he
+	}
+	holder := "another Service that holds it (the older one)"
+	if ok {
+		holder = c.Holder.String() + ", which holds its claim"
+	}
+	l.events.Eventf(svc, v1.EventTypeWarning, ReasonPrimingConflict,
+		"%s is also in the status of %s: this Service gets another address", he.IP, holder)
+	klog.FromContext(ctx).Info("Two Services show one address; the other keeps it, this one moves", "service", key(svc), "ip", he.IP, "holder", holder)
+	return slices.DeleteFunc(slices.Clone(current), func(ip netip.Addr) bool { return ip == he.IP }), nil
 }
 
 // reportOutOfPool sets the Service's out-of-pool metric and records an event when it
@@ -342,11 +589,73 @@ func (l *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, _ string, 
 	}
 	if a, ok := l.alloc.Assigned(key(svc)); ok {
 		l.alloc.Release(key(svc))
+		l.relMu.Lock()
+		if l.released == nil {
+			l.released = map[string][]netip.Addr{}
+		}
+		l.released[key(svc)] = a.IPs
+		l.relMu.Unlock()
 		klog.FromContext(ctx).Info("Released load balancer IPs", "service", key(svc), "ips", a.IPs)
 	}
 	outOfPool.DeleteLabelValues(svc.Namespace, svc.Name)
 	updateUsage(l.alloc)
 	return nil
+}
+
+// Committed is told by the service controller that svc's status now shows after
+// (it showed before): the claims of svc's addresses that the status no longer shows
+// are deleted, once no other Service holds the address (sharing), so the address
+// is free for others only after no status shows it. For a Service whose finalizer
+// was removed by someone else (gone), before are the addresses
+// EnsureLoadBalancerDeleted released. An error leaves a claim to the collector
+// (RunClaimCollector).
+func (l *LoadBalancer) Committed(ctx context.Context, svc *v1.Service, before, after []netip.Addr) error {
+	claimer, fence := l.claims()
+	l.relMu.Lock()
+	gone := append(slices.Clone(before), l.released[key(svc)]...)
+	delete(l.released, key(svc))
+	l.relMu.Unlock()
+	if claimer == nil {
+		return nil
+	}
+	req, _ := ipam.ParseService(svc)
+	h := holderOf(svc, req)
+	// Claims made for this Service that its status, just written by this leader,
+	// does not show (a claim whose status write failed, or another term's): any
+	// stale writer's status write is conditional on an older version and fails.
+	for _, ip := range l.knownHeldBy(h) {
+		if !slices.Contains(gone, ip) {
+			gone = append(gone, ip)
+		}
+	}
+	var errs []error
+	for _, ip := range gone {
+		if slices.Contains(after, ip) {
+			continue
+		}
+		l.allocMu.RLock()
+		inUse := l.alloc.InUse(ip)
+		if a, ok := l.alloc.Assigned(key(svc)); ok && slices.Contains(a.IPs, ip) {
+			inUse = false // its own (about to be written): keep the claim
+			l.allocMu.RUnlock()
+			continue
+		}
+		l.allocMu.RUnlock()
+		if inUse && h.SharingKey != "" {
+			continue // another Service of the group holds it
+		}
+		if fence != nil {
+			if err := fence(ctx); err != nil {
+				return fmt.Errorf("not releasing claims: %w", err)
+			}
+		}
+		if err := claimer.Release(ctx, ip, h); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		l.setKnown(ip, nil)
+	}
+	return errors.Join(errs...)
 }
 
 // classify maps an allocation error to an event reason and whether retrying later

@@ -97,33 +97,49 @@ func (r PoolsReport) Table() string {
 
 // RunPoolStatus keeps the ConfigMap namespace/PoolsConfigMap equal to PoolReports,
 // checking every interval and writing only when it changed, until ctx ends (the
-// leadership term). A write that fails is retried at the next check.
+// leadership term). A write that fails is retried at the next check. With a fence
+// (SetFence), every write first asks it, so a replica that lost the Lease stops
+// writing within the fence's cache even before its term's context ends.
 func (l *LoadBalancer) RunPoolStatus(ctx context.Context, client kubernetes.Interface, namespace string, interval time.Duration) {
 	logger := klog.FromContext(ctx).WithName("pool-status")
 	last := ""
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		l.mu.Lock()
-		primed := l.primed
-		l.mu.Unlock()
-		if primed { // before, the allocator does not know the Services yet
-			r := l.PoolReports()
-			body, _ := json.MarshalIndent(r, "", "  ")
-			if string(body) != last {
-				if err := writePoolStatus(ctx, client, namespace, string(body), r.Table()); err != nil {
-					logger.Error(err, "Publishing the pools' use failed; retrying", "configMap", namespace+"/"+PoolsConfigMap)
-				} else {
-					last = string(body)
-				}
-			}
-		}
+		last = l.publishPoolStatus(ctx, logger, client, namespace, last)
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
 	}
+}
+
+// publishPoolStatus writes the pools' use if it differs from last and this replica
+// still leads; it returns what the ConfigMap now holds as far as it knows.
+func (l *LoadBalancer) publishPoolStatus(ctx context.Context, logger klog.Logger, client kubernetes.Interface, namespace, last string) string {
+	l.mu.Lock()
+	primed := l.primed
+	l.mu.Unlock()
+	if !primed { // before, the allocator does not know the Services yet
+		return last
+	}
+	r := l.PoolReports()
+	body, _ := json.MarshalIndent(r, "", "  ")
+	if string(body) == last {
+		return last
+	}
+	if _, fence := l.claims(); fence != nil {
+		if err := fence(ctx); err != nil { // the new leader publishes
+			logger.V(2).Info("Not publishing the pools' use", "reason", err)
+			return last
+		}
+	}
+	if err := writePoolStatus(ctx, client, namespace, string(body), r.Table()); err != nil {
+		logger.Error(err, "Publishing the pools' use failed; retrying", "configMap", namespace+"/"+PoolsConfigMap)
+		return last
+	}
+	return string(body)
 }
 
 func writePoolStatus(ctx context.Context, client kubernetes.Interface, namespace, body, table string) error {

@@ -3,7 +3,9 @@ package lb
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,6 +81,50 @@ func TestPoolStatus(t *testing.T) {
 	}
 	if writes != 1 {
 		t.Errorf("%d writes, want 1 while nothing changed", writes)
+	}
+	cancel()
+	<-done
+}
+
+// A replica whose fence refuses (it lost the Lease) writes no pool status, and
+// writes again once the fence lets it (a new term).
+func TestPoolStatusFenced(t *testing.T) {
+	cfg := &config.LoadBalancerConfig{Pools: []config.AddressPool{{Name: "public", Addresses: []string{"192.0.2.0/30"}}}}
+	l, err := New(cfg, &recorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leading atomic.Bool
+	l.SetFence(func(context.Context) error {
+		if leading.Load() {
+			return nil
+		}
+		return errors.New("the Lease is held by replica-b")
+	})
+	l.SetServices(corelisters.NewServiceLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})), func() bool { return true })
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "a"}, Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer}}
+	leading.Store(true)
+	if _, err := l.EnsureLoadBalancer(context.Background(), "c", svc, nil); err != nil {
+		t.Fatal(err)
+	}
+	leading.Store(false)
+	client := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.RunPoolStatus(ctx, client, "baremetal-ccm", 10*time.Millisecond) }()
+	time.Sleep(200 * time.Millisecond)
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "create" || a.GetVerb() == "update" || a.GetVerb() == "get" {
+			t.Fatalf("fenced replica called %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	leading.Store(true)
+	var cm *v1.ConfigMap
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && cm == nil; time.Sleep(10 * time.Millisecond) {
+		cm, _ = client.CoreV1().ConfigMaps("baremetal-ccm").Get(ctx, PoolsConfigMap, metav1.GetOptions{})
+	}
+	if cm == nil {
+		t.Fatal("no ConfigMap written once the fence lets the replica write")
 	}
 	cancel()
 	<-done

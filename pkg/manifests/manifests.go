@@ -176,8 +176,8 @@ func ccmContainer(image string, port int, args, extra []string) v1.Container {
 
 // ClusterRoleRules are the permissions of the CCM: the ClusterRole of the upstream
 // cloud-controller-manager documentation (without persistent volumes, which this
-// provider does not label), plus leases for leader election and read access to
-// EndpointSlices. A golden test and the e2e suite (which runs the CCM bound only to
+// provider does not label), plus leases for leader election, read access to
+// EndpointSlices and the load balancer's address claims (IPAddress). A golden test and the e2e suite (which runs the CCM bound only to
 // these rules) catch a missing or an excess permission.
 func ClusterRoleRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
@@ -190,6 +190,8 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"endpoints"}, Verbs: []string{"create", "get", "list", "watch", "update"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+		// Address claims (pkg/lb: one IPAddress per load-balancer address).
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"get", "list", "create", "delete"}},
 	}
 }
 

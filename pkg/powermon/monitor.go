@@ -4,6 +4,9 @@
 // conditions current, records an event when either changes, and stamps the time a
 // host was first seen off in an annotation, so "off continuously since" survives a
 // restart or a leader change without any local state.
+//
+// Lifetime: a Monitor lives for one leadership term (Run's context), reads and writes
+// included; the next term makes a new one.
 package powermon
 
 import (
@@ -101,6 +104,8 @@ type Monitor struct {
 
 	mu      sync.Mutex
 	reading map[string]bool // Nodes with a read (and update) under way
+
+	reads sync.WaitGroup // every read under way, for Run's end
 }
 
 type lastRead struct {
@@ -121,11 +126,14 @@ func New(cfg Config, inv Inventory, power Power, nodes corelisters.NodeLister, c
 		last: map[string]lastRead{}, reading: map[string]bool{}}
 }
 
-// Run looks for due Nodes every Tick until ctx is done. It does not wait for the reads
-// it starts, so a hung BMC never delays noticing another Node's readiness change; a
-// Node whose read is still under way is not read again until it ends.
+// Run looks for due Nodes every Tick until ctx (the leadership term) is done, then
+// waits for the reads it started (each bounded by the BMC service's deadlines and ctx).
+// A pass does not wait for its reads, so a hung BMC never delays noticing another
+// Node's readiness change; a Node whose read is still under way is not read again
+// until it ends.
 func (m *Monitor) Run(ctx context.Context) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) { m.sync(ctx) }, m.cfg.Tick)
+	m.reads.Wait()
 }
 
 // Sync reads the power of every Node that is due (never read, its interval passed, or
@@ -199,7 +207,9 @@ func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
 		}
 	}
 	for _, w := range work {
+		m.reads.Add(1)
 		wg.Go(func() {
+			defer m.reads.Done()
 			defer func() {
 				m.mu.Lock()
 				delete(m.reading, w.node.Name)

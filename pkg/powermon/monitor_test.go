@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,6 +114,28 @@ func TestMonitorDoesNotWaitForAHungRead(t *testing.T) {
 	f.m.Sync(f.ctx)
 	if n := f.power.askedOf("h1"); n != 2 {
 		t.Fatalf("reads after the hung one ended = %d, want 2 (the Node stayed due)", n)
+	}
+}
+
+// TestRunJoinsItsReads (issue 25): Run belongs to a leadership term, and returned at
+// the term's end while the reads it started went on, writing conditions and asking for
+// power grants after the term. It returns once they have ended.
+func TestRunJoinsItsReads(t *testing.T) {
+	f := newFixture(t, false)
+	release := make(chan struct{})
+	f.power.block, f.power.began = release, make(chan string, 10)
+	ctx, end := context.WithCancel(f.ctx)
+	var released atomic.Bool
+	go func() {
+		<-f.power.began // the read is under way: the term ends, the read goes on a while
+		end()
+		time.Sleep(200 * time.Millisecond)
+		released.Store(true)
+		close(release)
+	}()
+	f.m.Run(ctx)
+	if !released.Load() {
+		t.Fatal("Run returned while a read it started was under way")
 	}
 }
 

@@ -3,6 +3,24 @@
 // (InstancesV2), the load balancer IPAM (LoadBalancer, with a loadBalancer section)
 // and the kernel routes (Routes, with a routes section). It answers nil, false for
 // the legacy Instances, Zones and Clusters.
+//
+// Lifetimes. One process lives through many leadership terms (a replica that loses
+// the Lease keeps running and may lead again), so what the provider holds lives either
+// for the process or for one term:
+//
+//   - the process (every replica, from New to Shutdown): the CloudConfig, the
+//     inventory Store with its reload loop and the View it serves (Start: the agent
+//     reads its host's rack peers from it on every replica), the BMC service (cache,
+//     breaker, call limits) with the per-BMC failed-login budgets, the credentials
+//     cache, the API client and event recorder (made at the first Initialize), the
+//     load balancer's allocator (re-primed each term) and the kernel route table;
+//   - a term (the leader, from Initialize to the close of its stop channel): BMC
+//     sessions (logged out at the end), the deletion guard's decisions, state writes
+//     and power grants (inventory.Store.Lead), the power monitor, the host-info
+//     publisher, the Announced condition, the pool status and the MetalLB objects,
+//     and every event handler they add through the informer factory SetInformers
+//     gets (a term-scoped view: see package informerscope). WaitTermEnd joins them;
+//     the next Initialize builds them anew.
 package provider
 
 import (
@@ -17,6 +35,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -88,15 +107,18 @@ type Cloud struct {
 	routes    atomic.Pointer[routes.Provider]
 	nodeName  string
 	recorder  *lazyRecorder
+	newFence  func() Fence // set before the first term; nil: no fence
 
-	// set by Initialize, used by SetInformers (both on the leader): the client and
-	// recorder once, ctx per leadership term
-	ctx           context.Context
+	// made by the first Initialize (the leader's), for the process
 	client        kubernetes.Interface
 	eventRecorder record.EventRecorder
 
 	initOnce  sync.Once
 	startOnce sync.Once
+
+	mu    sync.Mutex
+	term  *term // the current or last leadership term; nil before the first
+	terms int
 }
 
 var _ cloudprovider.Interface = (*Cloud)(nil)
@@ -170,8 +192,9 @@ func (c *Cloud) Config() *config.CloudConfig { return c.cfg }
 // Balancer returns the LoadBalancer implementation, nil when not configured.
 func (c *Cloud) Balancer() *lb.LoadBalancer { return c.lb }
 
-// Shutdown logs out the BMC sessions the provider keeps, waiting at most timeout. The
-// process calls it once the controllers have stopped, before it exits.
+// Shutdown logs out the BMC sessions the provider keeps, waiting at most timeout, and
+// refuses BMC calls from then on. The process calls it once the controllers have
+// stopped, before it exits.
 func (c *Cloud) Shutdown(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -188,18 +211,12 @@ func (c *Cloud) SetNodeName(name string) { c.nodeName = name }
 // Store returns the inventory store.
 func (c *Cloud) Store() *inventory.Store { return c.store }
 
-// Initialize starts event recording and the inventory reload loop. The framework
-// calls it on the elected leader before any controller runs.
+// Initialize starts a leadership term, which lasts until stop closes: the framework
+// calls it on the elected leader before any controller runs, once per term. The first
+// call makes the API client and the event recorder (for the process); every call
+// re-primes the allocator and starts the term's BMC sessions, MetalLB objects and pool
+// status. SetInformers starts the rest of the term.
 func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, stop <-chan struct{}) {
-	// Called once per leadership term (a replica that lost its Lease and wins it
-	// again starts its controllers anew): the client and the event recorder are made
-	// once; the leader's loops (BMC sessions, power monitor, host-info publisher,
-	// MetalLB objects) run for the term.
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		<-stop
-		cancel()
-	}()
 	c.initOnce.Do(func() {
 		client := clientBuilder.ClientOrDie("baremetal-cloud-provider")
 		c.client = client
@@ -208,30 +225,27 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 		c.eventRecorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource})
 		c.recorder.set(c.eventRecorder)
 		c.creds.SetClient(client)
-		// The guard's state lives in the cluster, so a restart or a new leader forgets
-		// nothing; set before the first reload.
-		c.store.SetStateStore(&inventory.ConfigMapState{Client: client, Namespace: GuardStateNamespace})
 	})
-	c.ctx = ctx
+	t := c.beginTerm(stop)
 	if c.lb != nil {
 		c.lb.NewTerm()
 	}
-	go c.sessions.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("bmc")), c.cfg.BMC.CallTimeout.Duration)
-	c.Start(ctx)
+	ended := c.sessions.BeginTerm(klog.NewContext(t.ctx, t.logger.WithName("bmc")), c.cfg.BMC.CallTimeout.Duration)
+	t.wg.Go(func() { <-ended })
 	if c.lb != nil && c.cfg.LoadBalancer.Announcer == config.AnnouncerMetalLB {
-		c.startMetalLB(ctx, clientBuilder, c.client, c.eventRecorder)
+		c.startMetalLB(t, clientBuilder, c.client, c.eventRecorder)
 	}
 	if c.lb != nil {
 		// The pools' use where kubectl sees it (baremetal-ccmctl lb pools).
-		go c.lb.RunPoolStatus(klog.NewContext(ctx, klog.FromContext(ctx).WithName("lb")), c.client, GuardStateNamespace, 5*time.Second)
+		t.goRun("lb", func(ctx context.Context) { c.lb.RunPoolStatus(ctx, c.client, GuardStateNamespace, 5*time.Second) })
 	}
 }
 
 // startMetalLB runs the metallb announcer on the leader: the metallb.io objects follow
 // the pools, the BGP settings and the inventory's racks, and every Service carries the
 // annotations MetalLB reads for exactly the IPs assigned here.
-func (c *Cloud) startMetalLB(ctx context.Context, clientBuilder cloudprovider.ControllerClientBuilder, client kubernetes.Interface, recorder record.EventRecorder) {
-	logger := klog.FromContext(ctx).WithName("metallb")
+func (c *Cloud) startMetalLB(t *term, clientBuilder cloudprovider.ControllerClientBuilder, client kubernetes.Interface, recorder record.EventRecorder) {
+	logger := t.logger.WithName("metallb")
 	m := c.cfg.LoadBalancer.MetalLB
 	opts := metallb.Options{Namespace: m.Namespace, BGPMode: m.BGPMode}
 	dyn, err := dynamic.NewForConfig(clientBuilder.ConfigOrDie("baremetal-cloud-provider-metallb"))
@@ -239,40 +253,77 @@ func (c *Cloud) startMetalLB(ctx context.Context, clientBuilder cloudprovider.Co
 		logger.Error(err, "Cannot build the client for metallb.io objects; the metallb announcer is off")
 		return
 	}
-	services, err := metallb.NewServices(client, c.cfg.LoadBalancer)
+	// The announcer's writes (annotations, metallb.io objects) are fenced as the
+	// service controller's are: by a fence of the term's own, which takes note of the
+	// Lease just acquired.
+	var fence func(context.Context) error
+	if c.newFence != nil {
+		f := c.newFence()
+		if err := f.Check(t.ctx); err != nil {
+			logger.Error(err, "Not the leader: the metallb announcer writes nothing")
+		}
+		fence = f.Check
+	}
+	services, err := metallb.NewServices(client, c.cfg.LoadBalancer, fence)
 	if err != nil {
 		logger.Error(err, "The metallb announcer is off")
 		return
 	}
 	r, err := metallb.NewReconciler(metallb.ReconcilerOptions{
-		Client: dyn, Config: c.cfg, Inventory: c.store.View, Options: opts, Recorder: recorder,
+		Client: dyn, Config: c.cfg, Inventory: c.store.View, Options: opts, Recorder: recorder, Fence: fence,
 	})
 	if err != nil {
 		logger.Error(err, "The metallb announcer is off")
 		return
 	}
 	c.lb.SetAnnouncer(metallbServices{services})
-	go r.Run(klog.NewContext(ctx, logger))
+	t.goRun("metallb", r.Run)
 }
 
-// metallbServices adapts metallb.Services to lb.Announcer.
+// metallbServices adapts metallb.Services to lb.Announcer. After a write it advances
+// svc, the service controller's own copy that it passed to the balancer, to the
+// resourceVersion and annotations written: the controller's status patch, which
+// follows and is conditional on svc's resourceVersion, would otherwise conflict with
+// this very write (a re-prime and a retry 5 s later for every new Service). This is
+// sound because the write was conditional on svc's resourceVersion: the Service stored
+// is svc with these annotations. A Conflict (the Service changed since svc was read)
+// asks for a retry with the new version a second later (api.RetryError).
 type metallbServices struct{ s *metallb.Services }
 
 func (m metallbServices) Ensure(ctx context.Context, svc *v1.Service, ips []netip.Addr) error {
-	err := m.s.Ensure(ctx, svc, ips)
+	out, err := m.s.Ensure(ctx, svc, ips)
+	advance(svc, out)
 	if errors.Is(err, metallb.ErrNotAnnounceable) {
 		return fmt.Errorf("%w: %w", lb.ErrNotAnnounced, err)
+	}
+	return retryOnConflict(err)
+}
+
+func (m metallbServices) Delete(ctx context.Context, svc *v1.Service) error {
+	out, err := m.s.Delete(ctx, svc)
+	advance(svc, out)
+	return retryOnConflict(err)
+}
+
+// advance makes svc the version out that a write stored (nothing when none happened).
+func advance(svc, out *v1.Service) {
+	if out != nil && out != svc {
+		svc.ResourceVersion, svc.Annotations = out.ResourceVersion, out.Annotations
+	}
+}
+
+func retryOnConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("%w: %w", cloudproviderapi.NewRetryError("the Service changed since it was read: retrying with its new version", time.Second), err)
 	}
 	return err
 }
 
-func (m metallbServices) Delete(ctx context.Context, svc *v1.Service) error {
-	return m.s.Delete(ctx, svc)
-}
-
-// Start loads the inventory once, synchronously (so the controllers that start next
-// find it loaded; a failure is logged and retried by the loop), then runs the reload
-// loop until ctx is done. It is idempotent.
+// Start loads the inventory once, synchronously (so the agent and the controllers that
+// start next find it loaded; a failure is logged and retried by the loop), then runs
+// the reload loop until ctx is done. The loop is the process's: call Start with the
+// process's context, before the agent and the first term (main does). It is
+// idempotent.
 func (c *Cloud) Start(ctx context.Context) {
 	c.startOnce.Do(func() {
 		ctx := klog.NewContext(ctx, klog.FromContext(ctx).WithName("inventory"))
@@ -281,12 +332,16 @@ func (c *Cloud) Start(ctx context.Context) {
 	})
 }
 
-// SetInformers lets the deletion guard see which hosts the cluster's Nodes reference,
-// and starts the power monitor (BMC conditions, events, first-seen-off annotation).
+// SetInformers wires the term that Initialize started to factory (the framework calls
+// it right after Initialize; give it the term's view of the informers, see package
+// informerscope, so the handlers added here end with the term): the deletion guard
+// decides for the term, seeing which hosts the cluster's Nodes reference; the power
+// monitor (BMC conditions, events, first-seen-off annotation), the host-info publisher
+// and the Announced condition run for the term. The Routes and the load balancer's
+// Service lister are wired too.
 func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	nodes := factory.Core().V1().Nodes()
 	informer := nodes.Informer()
-	c.store.SetNodeHosts(nodeHosts(nodes.Lister(), informer.HasSynced))
 	if c.kernel != nil {
 		c.routes.Store(routes.NewProvider(c.kernel, nodes.Lister(), routes.ProviderOptions{
 			NodeName:         c.nodeName,
@@ -313,27 +368,29 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 			})
 		}
 	}
-	if c.ctx == nil || c.client == nil {
-		return // not initialized: no API client for the monitor
+	t := c.currentTerm()
+	if t == nil || c.client == nil {
+		return // not initialized: no term, no API client
 	}
+	c.leadGuard(t, nodeHosts(nodes.Lister(), informer.HasSynced), informer.HasSynced)
 	if c.cfg.BGP != nil && (c.cfg.LoadBalancer == nil || c.cfg.LoadBalancer.Announcer != config.AnnouncerMetalLB) {
 		// Agents on worker hosts read their rack peers and router ID from their Node.
 		pub, err := hostinfo.NewPublisher(hostinfo.PublisherOptions{
 			Client: c.client, Nodes: nodes.Lister(), Informer: informer, View: c.store.View,
 		})
 		if err != nil {
-			klog.FromContext(c.ctx).Error(err, "The host-info publisher is off: agents on worker hosts get no rack peers")
+			t.logger.Error(err, "The host-info publisher is off: agents on worker hosts get no rack peers")
 		} else {
-			go pub.Run(c.ctx)
+			t.goRun("", pub.Run)
 		}
 	}
 	if c.lb != nil {
 		// Who announces each Service: the condition baremetal-ccm.io/Announced.
 		ac, err := announcestatus.New(announcestatus.Options{Client: c.client, Informers: factory, Config: c.cfg, Pool: c.lb.Allocator().PoolOf})
 		if err != nil {
-			klog.FromContext(c.ctx).Error(err, "The Announced condition is off")
+			t.logger.Error(err, "The Announced condition is off")
 		} else {
-			go ac.Run(c.ctx)
+			t.goRun("", ac.Run)
 		}
 	}
 	b := c.cfg.BMC
@@ -343,11 +400,38 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	}, c.store, c.power, nodes.Lister(), c.client, func(n *v1.Node, typ, reason, format string, args ...any) {
 		c.recorder.Eventf(n, typ, reason, format, args...)
 	}, nil)
-	go func() {
-		if cache.WaitForCacheSync(c.ctx.Done(), informer.HasSynced) {
-			mon.Run(klog.NewContext(c.ctx, klog.FromContext(c.ctx).WithName("powermon")))
+	t.goRun("powermon", func(ctx context.Context) {
+		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+			mon.Run(ctx)
 		}
-	}()
+	})
+}
+
+// leadGuard makes the inventory's deletion guard decide for term t, its state in the
+// cluster (so a restart or a new leader forgets nothing), and compares the inventory
+// with the Nodes as soon as they are known, rather than at the next reload.
+func (c *Cloud) leadGuard(t *term, hosts inventory.NodeHostsFunc, synced cache.InformerSynced) {
+	l := inventory.Leadership{
+		State:     &inventory.ConfigMapState{Client: c.client, Namespace: GuardStateNamespace},
+		NodeHosts: hosts,
+	}
+	var fence Fence
+	if c.newFence != nil {
+		fence = c.newFence()
+		l.Fence = fence.Check
+	}
+	c.store.Lead(t.ctx, l)
+	t.goRun("inventory", func(ctx context.Context) {
+		if fence != nil {
+			// Take note of the Lease this replica just acquired.
+			if err := fence.Check(ctx); err != nil {
+				klog.FromContext(ctx).Info("Warning: the leader's Lease check failed at the start of the term", "err", err)
+			}
+		}
+		if cache.WaitForCacheSync(ctx.Done(), synced) {
+			_ = c.store.Reload(ctx)
+		}
+	})
 }
 
 func nodeHosts(lister corelisters.NodeLister, synced cache.InformerSynced) inventory.NodeHostsFunc {

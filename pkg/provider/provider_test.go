@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -71,9 +72,9 @@ func (f fakeBuilder) ConfigOrDie(string) *rest.Config             { return &rest
 func (f fakeBuilder) Client(string) (kubernetes.Interface, error) { return f.client, nil }
 func (f fakeBuilder) ClientOrDie(string) kubernetes.Interface     { return f.client }
 
-// TestWiring: Initialize loads the inventory before returning and records events
-// through the API; SetInformers lets the deletion guard see the Nodes, so hosts that
-// vanished while the CCM was down are not reported gone.
+// TestWiring: Start (the process's) loads the inventory before returning;
+// Initialize records events through the API; SetInformers lets the deletion guard see
+// the Nodes, so hosts that vanished while the CCM was down are not reported gone.
 func TestWiring(t *testing.T) {
 	dir := t.TempDir()
 	inv := filepath.Join(dir, "inventory.yaml")
@@ -92,10 +93,11 @@ func TestWiring(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 
-	c.Initialize(fakeBuilder{client}, stop)
+	c.(*Cloud).Start(wait.ContextForChannel(stop))
 	if _, err := c.(*Cloud).Store().View(); err != nil {
-		t.Fatalf("Initialize returned before the inventory loaded: %v", err)
+		t.Fatalf("Start returned before the inventory loaded: %v", err)
 	}
+	c.Initialize(fakeBuilder{client}, stop)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	c.(cloudprovider.InformerUser).SetInformers(factory)
 	factory.Start(stop)

@@ -166,6 +166,7 @@ func lbBenchRun(ctx context.Context, b *testing.B, cp *framework.ControlPlane, c
 		b.Fatal(err)
 	}
 	b.Logf("%s: CCM pid %d (%s), RSS %.1f MiB before; load average %s", name, ccm.PID(), strings.Join(flags, " "), mib(rss0), loadAvg())
+	writes0 := apiWrites(ctx, b, ccm)
 
 	// Watch the Services: the time each first has an ingress IP.
 	w := newIPWatch(client, ns)
@@ -196,6 +197,7 @@ func lbBenchRun(ctx context.Context, b *testing.B, cp *framework.ControlPlane, c
 	if err != nil {
 		b.Fatal(err)
 	}
+	writes1 := apiWrites(ctx, b, ccm)
 	p50, p99 := w.percentiles(start)
 	// Each Service's own latency, from its create to its IP in status: the CCM's
 	// share, whatever the API server's rate of creation.
@@ -258,6 +260,8 @@ func lbBenchRun(ctx context.Context, b *testing.B, cp *framework.ControlPlane, c
 	}); err != nil {
 		b.Fatal(err)
 	}
+	time.Sleep(time.Second) // the last claims' releases follow the last status writes
+	writes2 := apiWrites(ctx, b, ccm)
 	ccm.Stop()
 
 	perSvc := float64(rss1-rss0) / lbBenchServices
@@ -271,6 +275,10 @@ func lbBenchRun(ctx context.Context, b *testing.B, cp *framework.ControlPlane, c
 	b.ReportMetric(mib(rss1), name+"-rss-MiB")
 	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/1000/lbBenchServices, name+"-cpu-ms/svc")
 	b.ReportMetric(perSvc/1024, name+"-rss-KiB/svc")
+	b.ReportMetric((writes1-writes0)/lbBenchServices, name+"-api-writes/svc-create")
+	b.ReportMetric((writes2-writes1)/lbBenchServices, name+"-api-writes/svc-delete")
+	b.Logf("%s: API writes by the CCM per Service (POST, PUT, PATCH, DELETE: status patch, address claim, event): %.2f to assign, %.2f to release",
+		name, (writes1-writes0)/lbBenchServices, (writes2-writes1)/lbBenchServices)
 	b.Logf("%s: %d Services created in %v; IPs in status: half after %v, 99%% after %v, all after %v; all %d /32s in BIRD after %v (target < 10 s)",
 		name, lbBenchServices, created.Round(time.Millisecond), p50.Round(time.Millisecond), p99.Round(time.Millisecond),
 		ipsAll.Round(time.Millisecond), lbBenchServices, birdAll.Round(time.Millisecond))
@@ -453,4 +461,28 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// apiWrites is the number of write requests (POST, PUT, PATCH, DELETE) the CCM's
+// API clients have made, from its rest_client_requests_total.
+func apiWrites(ctx context.Context, b *testing.B, ccm *framework.CCM) float64 {
+	b.Helper()
+	text, err := ccm.Metrics(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n float64
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		if !strings.Contains(line, `method="POST"`) && !strings.Contains(line, `method="PUT"`) && !strings.Contains(line, `method="PATCH"`) && !strings.Contains(line, `method="DELETE"`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+			n += v
+		}
+	}
+	return n
 }

@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,38 +34,7 @@ import (
 // held IP: a Service asking for any of them explicitly is refused.
 func TestFrozenLeaderKeepsIPs(t *testing.T) {
 	l := newLabNoCCM(t)
-	ns := "fence-" + utilrand.String(6)
-	if _, err := l.cp.Client.CoreV1().Namespaces().Create(l.ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Runs after the CCMs stopped: Services still carrying the cleanup finalizer
-		// (a failed run) would stay Terminating with their IPs, and the next test's
-		// CCM would count those IPs as in use. Drop the finalizers, then the namespace.
-		ctx := context.Background()
-		svcs, _ := l.cp.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
-		if svcs != nil {
-			for _, s := range svcs.Items {
-				if len(s.Finalizers) > 0 {
-					_, _ = l.cp.Client.CoreV1().Services(ns).Patch(ctx, s.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-				}
-				_ = l.cp.Client.CoreV1().Services(ns).Delete(ctx, s.Name, metav1.DeleteOptions{})
-			}
-		}
-		_ = l.cp.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-	})
-	cfg := filepath.Join(l.dir, "cloud-config-lb.yaml")
-	writeFile(t, cfg, fmt.Sprintf(`apiVersion: baremetal-ccm.io/v1alpha1
-kind: CloudConfig
-inventory:
-  file: {path: %s, pollInterval: 1s}
-  deletionGuard: {acknowledgeFile: %s}
-loadBalancer:
-  announcer: none
-  pools:
-  - name: public
-    addresses: [192.0.2.0/26]
-`, l.inventory, l.ack))
+	ns, cfg := lbNamespace(t, l, "fence", "192.0.2.0/26")
 	lease := "bccm-fence-" + utilrand.String(6)
 	var replicas []*framework.CCM
 	start := func() *framework.CCM {
@@ -83,7 +52,7 @@ loadBalancer:
 		start()
 	}
 
-	w := newHoldWatch(t, l, ns)
+	w := newHoldWatch(t, l, ns, "svc-")
 	churn := newChurn(l, ns)
 	churnCtx, stopChurn := context.WithCancel(l.ctx)
 	churnDone := make(chan struct{})
@@ -265,9 +234,10 @@ func (c *churn) live() []string {
 // Service keeps the IP it got until it is deleted, and no two live Services show the
 // same IP".
 type holdWatch struct {
-	t  *testing.T
-	l  *lab
-	ns string
+	t        *testing.T
+	l        *lab
+	ns       string
+	prefixes []string
 
 	mu      sync.Mutex
 	first   map[types.UID]string   // the IP each Service got first
@@ -278,8 +248,9 @@ type holdWatch struct {
 	seen    int
 }
 
-func newHoldWatch(t *testing.T, l *lab, ns string) *holdWatch {
-	w := &holdWatch{t: t, l: l, ns: ns, first: map[types.UID]string{}, current: map[types.UID]string{}, names: map[types.UID]string{}, byIP: map[string][]types.UID{}}
+// newHoldWatch watches the Services of ns whose names start with one of prefixes.
+func newHoldWatch(t *testing.T, l *lab, ns string, prefixes ...string) *holdWatch {
+	w := &holdWatch{t: t, l: l, ns: ns, prefixes: prefixes, first: map[types.UID]string{}, current: map[types.UID]string{}, names: map[types.UID]string{}, byIP: map[string][]types.UID{}}
 	f := informers.NewSharedInformerFactoryWithOptions(l.cp.Client, 0, informers.WithNamespace(ns))
 	inf := f.Core().V1().Services().Informer()
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -305,8 +276,8 @@ func newHoldWatch(t *testing.T, l *lab, ns string) *holdWatch {
 }
 
 func (w *holdWatch) observe(s *v1.Service, deleted bool) {
-	if !strings.HasPrefix(s.Name, "svc-") {
-		return // the final probes ask for held IPs on purpose
+	if !slices.ContainsFunc(w.prefixes, func(p string) bool { return strings.HasPrefix(s.Name, p) }) {
+		return // e.g. the final probes ask for held IPs on purpose
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

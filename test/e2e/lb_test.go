@@ -151,15 +151,17 @@ inventory:
 	return path
 }
 
+// shortLeaseArgs are the Lease timings of lbLab.start: a leader that stops renewing
+// is replaced within ~4 s.
+var shortLeaseArgs = []string{"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s"}
+
 // start runs CCM i: the service controller only, leader election on a lease of its
 // own test (so several replicas are safe).
 func (l *lbLab) start(i int, nextHop string) *framework.CCM {
 	l.t.Helper()
-	c := framework.StartCCM(l.t, l.cp, l.config(i, nextHop),
-		"--controllers=service-lb-controller",
-		"--leader-elect=true", "--leader-elect-resource-name="+l.lease,
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s",
-		fmt.Sprintf("--node-name=cp-%d", i))
+	args := append([]string{"--controllers=service-lb-controller", "--leader-elect=true", "--leader-elect-resource-name=" + l.lease},
+		shortLeaseArgs...)
+	c := framework.StartCCM(l.t, l.cp, l.config(i, nextHop), append(args, fmt.Sprintf("--node-name=cp-%d", i))...)
 	if err := c.WaitHealthy(l.ctx); err != nil {
 		l.t.Fatal(err)
 	}

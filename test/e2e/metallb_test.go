@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -483,13 +484,14 @@ func TestMetalLBServiceAnnotations(t *testing.T) {
 	t.Cleanup(func() { _ = svcs.Delete(context.Background(), "metallb-web", metav1.DeleteOptions{}) })
 
 	cfg := metallbCloudConfig(t, "/unused", `  - {name: public, addresses: [192.0.2.0/24, "2001:db8::/120"]}`)
-	s, err := metallb.NewServices(kube, cfg.LoadBalancer)
+	s, err := metallb.NewServices(kube, cfg.LoadBalancer, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	given := svc.DeepCopy()
 	ips := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")}
-	if err := s.Ensure(ctx, svc, ips); err != nil {
+	written, err := s.Ensure(ctx, svc, ips)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(svc.Annotations) != fmt.Sprint(given.Annotations) {
@@ -497,6 +499,22 @@ func TestMetalLBServiceAnnotations(t *testing.T) {
 	}
 	got, err := svcs.Get(ctx, "metallb-web", metav1.GetOptions{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if written.ResourceVersion != got.ResourceVersion {
+		t.Errorf("Ensure returned resourceVersion %s, the Service has %s", written.ResourceVersion, got.ResourceVersion)
+	}
+	// The write was conditional: a copy older than the Service is refused.
+	if _, err := s.Ensure(ctx, svc, ips[:1]); !apierrors.IsConflict(err) {
+		t.Errorf("Ensure with a stale copy = %v, want a Conflict", err)
+	}
+	// The status subresource accepts the service controller's conditional patch at
+	// the version the annotation write returned.
+	status := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10","ipMode":"VIP"}]}}}`, written.ResourceVersion)
+	if _, err := cp.Client.CoreV1().Services("default").Patch(ctx, "metallb-web", types.StrategicMergePatchType, []byte(status), metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("the status patch at the annotation write's resourceVersion: %v", err)
+	}
+	if got, err = svcs.Get(ctx, "metallb-web", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{
@@ -511,7 +529,7 @@ func TestMetalLBServiceAnnotations(t *testing.T) {
 		}
 	}
 	rv := got.ResourceVersion
-	if err := s.Ensure(ctx, got, ips); err != nil {
+	if _, err := s.Ensure(ctx, got, ips); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := svcs.Get(ctx, "metallb-web", metav1.GetOptions{}); again.ResourceVersion != rv {
@@ -519,7 +537,7 @@ func TestMetalLBServiceAnnotations(t *testing.T) {
 	}
 
 	// The allocation changes to one IP.
-	if err := s.Ensure(ctx, got, ips[:1]); err != nil {
+	if _, err := s.Ensure(ctx, got, ips[:1]); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = svcs.Get(ctx, "metallb-web", metav1.GetOptions{})
@@ -527,7 +545,7 @@ func TestMetalLBServiceAnnotations(t *testing.T) {
 		t.Errorf("loadBalancerIPs after the change = %q", v)
 	}
 
-	if err := s.Delete(ctx, got); err != nil {
+	if _, err := s.Delete(ctx, got); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = svcs.Get(ctx, "metallb-web", metav1.GetOptions{})
@@ -573,6 +591,7 @@ bgp:
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 		Spec:       v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Ports: []v1.ServicePort{{Protocol: v1.ProtocolTCP, Port: 80}}},
 	}
+	created := time.Now()
 	if _, err := l.cp.Client.CoreV1().Services(ns).Create(l.ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -590,6 +609,18 @@ bgp:
 	}
 	if annotated != ip {
 		t.Errorf("metallb.io/loadBalancerIPs = %q, want exactly the assigned %q", annotated, ip)
+	}
+	// The annotation write and the status write follow each other without a
+	// conflict: no re-prime, no retry 5 s later.
+	took := time.Since(created)
+	t.Logf("Service created to its IP in status and annotation: %v", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Errorf("the IP took %v to reach status and annotation, want at once (under 3 s)", took)
+	}
+	for _, line := range strings.Split(l.ccm.Log(), "\n") {
+		if strings.Contains(line, "the object has been modified") {
+			t.Errorf("a write of the CCM conflicted: %s", line)
+		}
 	}
 	admin, err := dynamic.NewForConfig(l.cp.RESTConfig)
 	if err != nil {

@@ -122,6 +122,9 @@ func newLabConfig(t *testing.T, guard string, hosts ...host) *lab {
 		if err := framework.ResetGuardState(context.Background(), l.cp.Client); err != nil {
 			t.Error(err)
 		}
+		if err := framework.DeleteAddressClaims(context.Background(), l.cp.Client); err != nil {
+			t.Error(err)
+		}
 	})
 	return l
 }

@@ -333,7 +333,7 @@ func TestDaemonsDieWithTheirParent(t *testing.T) {
 	for _, p := range f[1:4] {
 		var pid int
 		fmt.Sscan(p, &pid)
-		for i := 0; procsignal.StartTime(pid) != "" && !isZombie(pid); i++ {
+		for i := 0; procsignal.Running(pid); i++ {
 			if i > 200 {
 				t.Fatalf("daemon %d outlived its parent", pid)
 			}
@@ -347,16 +347,6 @@ func TestDaemonsDieWithTheirParent(t *testing.T) {
 	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), f[4]) {
 		t.Errorf("namespace %s not swept", f[4])
 	}
-}
-
-func isZombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && len(s) > i+2 && s[i+2] == 'Z'
 }
 
 // TestParallelRoutersDistinct: routers started concurrently get distinct

@@ -174,6 +174,10 @@ var dashboardRows = []rowDef{
 		{kind: timeseries, title: "Node health probes", unit: "ops", w: 12, h: 8, description: "Probes by result.",
 			targets: one(`sum by (instance, result) (rate(baremetal_ccm_node_health_probes_total{`+sel+`}[$__rate_interval]))`, "{{instance}} {{result}}")},
 	}},
+	{"Process", []panelDef{
+		{kind: timeseries, title: "Informer event handlers", w: 12, h: 8, description: "Event handlers on each replica's shared informers (its agent's and its current leadership term's). Flat across terms; a step up at every term means a term leaves handlers behind.",
+			targets: one(`baremetal_ccm_informer_event_handlers{`+sel+`}`, "{{instance}}")},
+	}},
 }
 
 // The JSON model, in Grafana's key order.

@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"slices"
 	"time"
@@ -51,6 +52,8 @@ import (
 	"k8s.io/cloud-provider/api"
 	servicehelper "k8s.io/cloud-provider/service/helpers"
 	"k8s.io/klog/v2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/internal/testhook"
 )
 
 // Event reasons this controller records (the upstream controller's names).
@@ -105,6 +108,14 @@ type Conditioner interface {
 // changed behind this replica's back.
 type Repriming interface {
 	Reprime()
+}
+
+// Committer is implemented by a Balancer that claims addresses in the API server
+// (lb.LoadBalancer): told after every status write of a Service (before: the
+// addresses its status showed, after: those it shows now; a Service that is gone
+// has neither, and no UID), it releases the claims no status needs any more.
+type Committer interface {
+	Committed(ctx context.Context, svc *v1.Service, before, after []netip.Addr) error
 }
 
 // Controller reconciles LoadBalancer Services. Create it with New, then Run it.
@@ -173,6 +184,9 @@ func New(o Options) (*Controller, error) {
 }
 
 func (c *Controller) enqueue(svc *v1.Service) {
+	if testhook.Ignored(svc.Name) {
+		return
+	}
 	c.queue.Add(svc.Namespace + "/" + svc.Name)
 }
 
@@ -252,6 +266,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		if err := c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, gone); err != nil && !errors.Is(err, cloudprovider.ImplementedElsewhere) {
 			return fmt.Errorf("releasing the load balancer of deleted Service %s: %w", key, err)
 		}
+		c.committed(ctx, gone, nil, nil)
 		return nil
 	}
 	if err != nil {
@@ -328,7 +343,11 @@ func (c *Controller) ensure(ctx context.Context, svc *v1.Service) (bool, error) 
 	if err := c.patch(ctx, svc, want); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Deleted meanwhile (it had no finalizer yet): give the addresses back.
-			return true, c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, svc)
+			err := c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, svc)
+			if err == nil {
+				c.committed(ctx, svc, ingressIPs(&svc.Status.LoadBalancer), nil)
+			}
+			return true, err
 		}
 		if apierrors.IsConflict(err) {
 			// Changed since this replica read it: retried with the new version, from
@@ -339,7 +358,30 @@ func (c *Controller) ensure(ctx context.Context, svc *v1.Service) (bool, error) 
 		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error writing load balancer status and finalizer: %v", err)
 		return false, fmt.Errorf("writing the load balancer status: %w", err)
 	}
+	c.committed(ctx, svc, ingressIPs(&svc.Status.LoadBalancer), ingressIPs(status))
 	return len(status.Ingress) > 0, nil
+}
+
+// committed tells a Committer balancer about a status write; a failure is left
+// to the balancer's collector of claims (logged).
+func (c *Controller) committed(ctx context.Context, svc *v1.Service, before, after []netip.Addr) {
+	cm, ok := c.balancer.(Committer)
+	if !ok {
+		return
+	}
+	if err := cm.Committed(ctx, svc, before, after); err != nil {
+		klog.FromContext(ctx).V(2).Info("Releasing address claims failed; the collector deletes them later", "service", svc.Namespace+"/"+svc.Name, "err", err)
+	}
+}
+
+func ingressIPs(st *v1.LoadBalancerStatus) []netip.Addr {
+	var ips []netip.Addr
+	for _, in := range st.Ingress {
+		if ip, err := netip.ParseAddr(in.IP); err == nil {
+			ips = append(ips, ip.Unmap())
+		}
+	}
+	return ips
 }
 
 // cleanup releases the Service's addresses, then removes the finalizer and clears the
@@ -373,6 +415,7 @@ func (c *Controller) cleanup(ctx context.Context, svc *v1.Service) error {
 		return fmt.Errorf("removing the load balancer cleanup finalizer: %w", err)
 	}
 	if ours {
+		c.committed(ctx, svc, ingressIPs(&svc.Status.LoadBalancer), nil)
 		c.recorder.Event(svc, v1.EventTypeNormal, ReasonDeleted, "Deleted load balancer")
 	}
 	return nil

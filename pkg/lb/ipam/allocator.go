@@ -547,8 +547,31 @@ func holds(u *ipUse, key string) bool {
 	return slices.ContainsFunc(u.holders, func(h *svcAlloc) bool { return h.key == key })
 }
 
+// HeldElsewhereError is Assign's error (wrapping ErrHeldElsewhere) for an IP in the
+// Service's status that the allocator has held by another Service.
+type HeldElsewhereError struct {
+	Key string
+	IP  netip.Addr
+	Why error
+}
+
+func (e *HeldElsewhereError) Error() string {
+	return fmt.Sprintf("%v: service %s has %s in its status, but IPAM has it held by another Service (%v)", ErrHeldElsewhere, e.Key, e.IP, e.Why)
+}
+
+// Unwrap makes the error match ErrHeldElsewhere.
+func (e *HeldElsewhereError) Unwrap() error { return ErrHeldElsewhere }
+
 func heldElsewhere(key string, ip netip.Addr, why error) error {
-	return fmt.Errorf("%w: service %s has %s in its status, but IPAM has it held by another Service (%v); the status is left as it is: if two Services really show this IP, delete or re-create one of them", ErrHeldElsewhere, key, ip, why)
+	return &HeldElsewhereError{Key: key, IP: ip, Why: why}
+}
+
+// InUse reports whether any Service (or reservation) holds ip.
+func (a *Allocator) InUse(ip netip.Addr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u := a.ips[ip.Unmap()]
+	return u != nil && len(u.holders) > 0
 }
 
 // candidates returns the pools key may auto-assign from: the named pool, or the

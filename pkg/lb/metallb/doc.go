@@ -10,6 +10,12 @@
 //     annotations (metallb.io/loadBalancerIPs, metallb.io/address-pool,
 //     metallb.io/allow-shared-ip) to exactly what the CCM allocated.
 //
+// Both writers are the leader's: every write first asks the term's lease fence when one
+// is set (ReconcilerOptions.Fence, NewServices), so a leader paused past its Lease
+// writes nothing when it resumes; every patch, update and delete is conditional on
+// the version it was computed from (a Service's resourceVersion; an object's
+// resourceVersion and UID), and a create fails when the name is taken.
+//
 // Ownership: every object this package writes carries the label
 // app.kubernetes.io/managed-by=baremetal-ccm and a name starting with baremetal-ccm-.
 // Only objects carrying the label are updated or deleted; an object with one of our

@@ -119,6 +119,10 @@ type ReconcilerOptions struct {
 	Options Options
 	// Recorder records the Warning events on conflicting foreign objects. Optional.
 	Recorder record.EventRecorder
+	// Fence, when set, must answer nil right before every write (the service
+	// controller's, lbcontroller.LeaseFence.Check): a replica that no longer leads
+	// changes nothing. Optional.
+	Fence func(context.Context) error
 	// Trigger makes Run sync now (for example when the inventory changed). Optional.
 	Trigger <-chan struct{}
 	// PollInterval is how often Run checks the inventory digest and retries a failed
@@ -296,10 +300,10 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 				continue
 			}
 			o := owned[i][name]
-			uid := o.GetUID()
-			err := r.o.Client.Resource(k.gvr).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{
-				Preconditions: &metav1.Preconditions{UID: &uid},
-			})
+			if err := r.fenced(ctx); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			err := r.o.Client.Resource(k.gvr).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: unchanged(o)})
 			switch {
 			case err == nil:
 				logger.Info("Deleted MetalLB object no longer generated", "kind", k.name, "namespace", ns, "name", name)
@@ -318,6 +322,9 @@ func (r *Reconciler) apply(ctx context.Context, k kind, desired, existing *unstr
 	client := r.o.Client.Resource(k.gvr).Namespace(desired.GetNamespace())
 	name := desired.GetName()
 	if existing == nil {
+		if err := r.fenced(ctx); err != nil {
+			return err
+		}
 		_, err := client.Create(ctx, desired, metav1.CreateOptions{FieldManager: ManagedBy})
 		if err == nil {
 			logger.Info("Created MetalLB object", "kind", k.name, "namespace", desired.GetNamespace(), "name", name)
@@ -337,14 +344,16 @@ func (r *Reconciler) apply(ctx context.Context, k kind, desired, existing *unstr
 	if err != nil || same {
 		return err
 	}
+	if err := r.fenced(ctx); err != nil {
+		return err
+	}
 	if k.recreate != nil {
 		recreate, err := k.recreate(desired, existing)
 		if err != nil {
 			return err
 		}
 		if recreate {
-			uid := existing.GetUID()
-			if err := client.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+			if err := client.Delete(ctx, name, metav1.DeleteOptions{Preconditions: unchanged(existing)}); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("deleting %s %s/%s to change an immutable field: %w", k.name, desired.GetNamespace(), name, err)
 			}
 			if _, err := client.Create(ctx, desired, metav1.CreateOptions{FieldManager: ManagedBy}); err != nil {
@@ -384,6 +393,24 @@ func (r *Reconciler) apply(ctx context.Context, k kind, desired, existing *unstr
 	}
 	logger.Info("Updated MetalLB object", "kind", k.name, "namespace", desired.GetNamespace(), "name", name)
 	return nil
+}
+
+// fenced asks the Fence, when there is one, whether this replica may still write.
+func (r *Reconciler) fenced(ctx context.Context) error {
+	if r.o.Fence == nil {
+		return nil
+	}
+	if err := r.o.Fence(ctx); err != nil {
+		return fmt.Errorf("not changing MetalLB objects: %w", err)
+	}
+	return nil
+}
+
+// unchanged is the precondition of a delete of o: the object as listed, not one that
+// was replaced or changed since (for example handed back by removing our label).
+func unchanged(o *unstructured.Unstructured) *metav1.Preconditions {
+	uid, rv := o.GetUID(), o.GetResourceVersion()
+	return &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}
 }
 
 // conflict reports a foreign object that has one of our names: an error and a Warning

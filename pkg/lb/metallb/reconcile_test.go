@@ -365,3 +365,50 @@ func TestRetriable(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncIsFenced: a replica whose fence says it no longer leads creates, updates
+// and deletes nothing; each write asks the fence right before it.
+func TestSyncIsFenced(t *testing.T) {
+	ctx := context.Background()
+	client := newFakeDynamic()
+	view := parseInventory(t, labInventory)
+	errNotLeader := errors.New("not the leader")
+	leading, checks := false, 0
+	r, err := NewReconciler(ReconcilerOptions{
+		Client: client, Config: parseConfig(t, reconcileConfig),
+		Inventory: func() (*inventory.View, error) { return view, nil },
+		Options:   Options{ReadFile: labFiles},
+		Fence: func(context.Context) error {
+			checks++
+			if !leading {
+				return errNotLeader
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Sync(ctx); !errors.Is(err, errNotLeader) {
+		t.Fatalf("Sync without the Lease = %v, want the fence's error", err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "list" {
+			t.Errorf("Sync without the Lease made a %s of %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	leading, checks = true, 0
+	client.ClearActions()
+	if err := r.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "list" && a.GetVerb() != "get" {
+			writes++
+		}
+	}
+	if writes == 0 || checks != writes {
+		t.Errorf("%d fence checks for %d writes, want one before each", checks, writes)
+	}
+}

@@ -43,11 +43,16 @@ var ownedAnnotations = []string{AnnotationLoadBalancerIPs, AnnotationAddressPool
 // as a Warning event on the Service.
 var ErrNotAnnounceable = errors.New("MetalLB will not announce this Service")
 
-// Services sets MetalLB's annotations on LoadBalancer Services.
+// Services sets MetalLB's annotations on LoadBalancer Services, on the elected leader.
+// Its writes are fenced and conditional: each checks the fence right before it (a
+// replica that no longer leads writes nothing), and each is a patch conditional on the
+// resourceVersion of the Service it was given (a Service changed since is not
+// written: the API server answers Conflict).
 type Services struct {
 	client  kubernetes.Interface
 	pools   []poolRanges
 	timeout time.Duration
+	fence   func(context.Context) error
 }
 
 type poolRanges struct {
@@ -56,8 +61,10 @@ type poolRanges struct {
 }
 
 // NewServices returns a Services for the pools of lb (a defaulted, valid config).
-func NewServices(client kubernetes.Interface, lb *config.LoadBalancerConfig) (*Services, error) {
-	s := &Services{client: client, timeout: 10 * time.Second}
+// fence, when not nil, must answer nil right before every write (the service
+// controller's, lbcontroller.LeaseFence.Check); its error is returned, wrapped.
+func NewServices(client kubernetes.Interface, lb *config.LoadBalancerConfig, fence func(context.Context) error) (*Services, error) {
+	s := &Services{client: client, timeout: 10 * time.Second, fence: fence}
 	if lb == nil {
 		return s, nil
 	}
@@ -134,19 +141,24 @@ func (s *Services) Annotations(svc *v1.Service, ips []netip.Addr) (map[string]*s
 }
 
 // Ensure sets MetalLB's annotations on svc to Annotations(svc, ips) with one JSON
-// merge patch, or makes no call when they already are. svc is not modified. An error
-// wrapping ErrNotAnnounceable comes after a successful patch.
-func (s *Services) Ensure(ctx context.Context, svc *v1.Service, ips []netip.Addr) error {
+// merge patch, fenced and conditional on svc's resourceVersion (see Services), or
+// makes no call when they already are. It returns the Service as the API server
+// stored it (svc itself when nothing was written); svc is not modified. An error
+// wrapping ErrNotAnnounceable comes after a successful patch, with the Service.
+func (s *Services) Ensure(ctx context.Context, svc *v1.Service, ips []netip.Addr) (*v1.Service, error) {
 	want, notAnnounceable := s.Annotations(svc, ips)
-	if err := s.patch(ctx, svc, want); err != nil {
-		return err
+	out, err := s.patch(ctx, svc, want)
+	if err != nil {
+		return nil, err
 	}
-	return notAnnounceable
+	return out, notAnnounceable
 }
 
-// Delete removes MetalLB's annotations from svc (one JSON merge patch, none when
-// absent). svc is not modified; a Service already gone is not an error.
-func (s *Services) Delete(ctx context.Context, svc *v1.Service) error {
+// Delete removes MetalLB's annotations from svc (one JSON merge patch, fenced and
+// conditional as Ensure's, none when absent) and returns the Service as stored
+// (svc itself when nothing was written, nil when it is gone). svc is not modified; a
+// Service already gone is not an error.
+func (s *Services) Delete(ctx context.Context, svc *v1.Service) (*v1.Service, error) {
 	want := map[string]*string{}
 	for _, k := range ownedAnnotations {
 		want[k] = nil
@@ -154,7 +166,8 @@ func (s *Services) Delete(ctx context.Context, svc *v1.Service) error {
 	return s.patch(ctx, svc, want)
 }
 
-func (s *Services) patch(ctx context.Context, svc *v1.Service, want map[string]*string) error {
+// patch writes the annotations of want that svc does not already carry.
+func (s *Services) patch(ctx context.Context, svc *v1.Service, want map[string]*string) (*v1.Service, error) {
 	changes := map[string]*string{}
 	for k, v := range want {
 		cur, ok := svc.Annotations[k]
@@ -166,20 +179,29 @@ func (s *Services) patch(ctx context.Context, svc *v1.Service, want map[string]*
 		}
 	}
 	if len(changes) == 0 {
-		return nil
+		return svc, nil
 	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": changes}})
+	meta := map[string]any{"annotations": changes}
+	if svc.ResourceVersion != "" { // every Service read from the API server has one
+		meta["resourceVersion"] = svc.ResourceVersion
+	}
+	body, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
-		return fmt.Errorf("encoding the annotation patch: %w", err)
+		return nil, fmt.Errorf("encoding the annotation patch: %w", err)
+	}
+	if s.fence != nil {
+		if err := s.fence(ctx); err != nil {
+			return nil, fmt.Errorf("not setting MetalLB annotations on Service %s/%s: %w", svc.Namespace, svc.Name, err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	_, err = s.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: ManagedBy})
+	out, err := s.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: ManagedBy})
 	if err != nil {
 		if apierrors.IsNotFound(err) && allNil(changes) {
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("setting MetalLB annotations on Service %s/%s: %w", svc.Namespace, svc.Name, err)
+		return nil, fmt.Errorf("setting MetalLB annotations on Service %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	logged := make(map[string]any, len(changes))
 	for k, v := range changes {
@@ -188,8 +210,8 @@ func (s *Services) patch(ctx context.Context, svc *v1.Service, want map[string]*
 			logged[k] = *v
 		}
 	}
-	klog.FromContext(ctx).V(2).Info("Set MetalLB annotations", "service", klog.KObj(svc), "changes", logged)
-	return nil
+	klog.FromContext(ctx).V(2).Info("Set MetalLB annotations", "service", klog.KObj(svc), "changes", logged, "resourceVersion", out.ResourceVersion)
+	return out, nil
 }
 
 func allNil(m map[string]*string) bool {

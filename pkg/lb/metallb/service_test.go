@@ -3,12 +3,16 @@ package metallb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 const serviceConfig = `loadBalancer:
@@ -27,7 +31,7 @@ func addrs(ss ...string) []netip.Addr {
 }
 
 func TestAnnotations(t *testing.T) {
-	s, err := NewServices(nil, parseConfig(t, serviceConfig).LoadBalancer)
+	s, err := NewServices(nil, parseConfig(t, serviceConfig).LoadBalancer, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,12 +84,13 @@ func TestEnsureAndDeletePatchWithoutMutating(t *testing.T) {
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web",
 		Annotations: map[string]string{"keep": "me", AnnotationAddressPool: "stale"}}}
 	client := fake.NewClientset(svc.DeepCopy())
-	s, err := NewServices(client, parseConfig(t, serviceConfig).LoadBalancer)
+	s, err := NewServices(client, parseConfig(t, serviceConfig).LoadBalancer, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	orig := svc.DeepCopy()
-	if err := s.Ensure(ctx, svc, addrs("192.0.2.9")); err != nil {
+	written, err := s.Ensure(ctx, svc, addrs("192.0.2.9"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if svc.Annotations[AnnotationAddressPool] != "stale" || len(svc.Annotations) != len(orig.Annotations) {
@@ -98,20 +103,23 @@ func TestEnsureAndDeletePatchWithoutMutating(t *testing.T) {
 	if got.Annotations[AnnotationLoadBalancerIPs] != "192.0.2.9" || got.Annotations[AnnotationAddressPool] != "baremetal-ccm-dual" || got.Annotations["keep"] != "me" {
 		t.Errorf("annotations after Ensure = %v", got.Annotations)
 	}
+	if fmt.Sprint(written.Annotations) != fmt.Sprint(got.Annotations) {
+		t.Errorf("Ensure returned annotations %v, the Service has %v", written.Annotations, got.Annotations)
+	}
 	if a := client.Actions(); len(a) != 2 || a[0].GetVerb() != "patch" {
 		t.Errorf("Ensure made calls %v, want one patch", a)
 	}
 
-	// Already in place: no call.
+	// Already in place: no call, the Service given back.
 	client.ClearActions()
-	if err := s.Ensure(ctx, got, addrs("192.0.2.9")); err != nil {
-		t.Fatal(err)
+	if out, err := s.Ensure(ctx, got, addrs("192.0.2.9")); err != nil || out != got {
+		t.Fatalf("Ensure with nothing to change = %v, %v; want the Service it was given", out, err)
 	}
 	if a := client.Actions(); len(a) != 0 {
 		t.Errorf("Ensure with nothing to change made calls %v", a)
 	}
 
-	if err := s.Delete(ctx, got); err != nil {
+	if _, err := s.Delete(ctx, got); err != nil {
 		t.Fatal(err)
 	}
 	got, err = client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
@@ -130,7 +138,61 @@ func TestEnsureAndDeletePatchWithoutMutating(t *testing.T) {
 	// Deleting from a Service that is gone is fine.
 	gone := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gone",
 		Annotations: map[string]string{AnnotationLoadBalancerIPs: "192.0.2.1"}}}
-	if err := s.Delete(ctx, gone); err != nil {
-		t.Errorf("Delete on a missing Service = %v", err)
+	if out, err := s.Delete(ctx, gone); err != nil || out != nil {
+		t.Errorf("Delete on a missing Service = %v, %v; want nil, nil", out, err)
+	}
+}
+
+// TestWritesAreFencedAndConditional: every annotation write asks the fence right
+// before it (a replica that no longer leads writes nothing) and carries the
+// resourceVersion of the Service it was given as a precondition.
+func TestWritesAreFencedAndConditional(t *testing.T) {
+	ctx := context.Background()
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", ResourceVersion: "7",
+		Annotations: map[string]string{AnnotationLoadBalancerIPs: "192.0.2.1"}}}
+	client := fake.NewClientset(svc.DeepCopy())
+	var bodies []string
+	client.PrependReactor("patch", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		bodies = append(bodies, string(a.(k8stesting.PatchAction).GetPatch()))
+		return false, nil, nil
+	})
+	errNotLeader := errors.New("not the leader")
+	leading := true
+	checks := 0
+	fence := func(context.Context) error {
+		checks++
+		if !leading {
+			return errNotLeader
+		}
+		return nil
+	}
+	s, err := NewServices(client, parseConfig(t, serviceConfig).LoadBalancer, fence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ensure(ctx, svc, addrs("192.0.2.9")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Delete(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if checks != 2 || len(bodies) != 2 {
+		t.Fatalf("%d fence checks for %d writes, want 2 and 2", checks, len(bodies))
+	}
+	for _, b := range bodies {
+		if !strings.Contains(b, `"resourceVersion":"7"`) {
+			t.Errorf("patch %s has no resourceVersion precondition", b)
+		}
+	}
+
+	leading = false
+	if _, err := s.Ensure(ctx, svc, addrs("192.0.2.10")); !errors.Is(err, errNotLeader) {
+		t.Errorf("Ensure after the fence closed = %v, want its error", err)
+	}
+	if _, err := s.Delete(ctx, svc); !errors.Is(err, errNotLeader) {
+		t.Errorf("Delete after the fence closed = %v, want its error", err)
+	}
+	if len(bodies) != 2 {
+		t.Errorf("%d writes after the fence closed", len(bodies)-2)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -25,6 +26,25 @@ type ControlPlane struct {
 	Client     kubernetes.Interface
 
 	script string
+
+	mu sync.Mutex
+	// restarts are the periods from the start of each RestartAPIServer to one second
+	// after the restarted API server was ready.
+	restarts [][2]time.Time
+}
+
+// restarting reports whether t lies in a restart of the API server: a starting API
+// server answers 401 or 403 until its authenticators and RBAC caches are filled, so a
+// "forbidden" logged then says nothing about a missing permission.
+func (cp *ControlPlane) restarting(t time.Time) bool {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for _, r := range cp.restarts {
+		if !t.Before(r[0]) && !t.After(r[1]) {
+			return true
+		}
+	}
+	return false
 }
 
 // StartControlPlane runs `hack/lab/control-plane.sh up dir` and returns once /readyz is

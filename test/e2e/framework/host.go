@@ -121,15 +121,23 @@ func (h *Host) startProxy(t testing.TB, cp *ControlPlane) {
 // process running in h, and returns its path (in the test's temp dir).
 func (h *Host) KubeconfigFor(t testing.TB, src string) string {
 	t.Helper()
+	return kubeconfigVia(t, src, h.proxyAddr, h.serverName, h.Name)
+}
+
+// kubeconfigVia writes a copy of the kubeconfig at src whose clusters are reached at
+// proxyAddr, with serverName for TLS verification, into the test's temp dir (its name
+// ends in -suffix), and returns its path.
+func kubeconfigVia(t testing.TB, src, proxyAddr, serverName, suffix string) string {
+	t.Helper()
 	kc, err := clientcmd.LoadFromFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, cl := range kc.Clusters {
-		cl.Server = "https://" + h.proxyAddr
-		cl.TLSServerName = h.serverName
+		cl.Server = "https://" + proxyAddr
+		cl.TLSServerName = serverName
 	}
-	path := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".kubeconfig")+"-"+h.Name+".kubeconfig")
+	path := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".kubeconfig")+"-"+suffix+".kubeconfig")
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		t.Fatal(err)
 	}

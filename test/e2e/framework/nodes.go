@@ -138,6 +138,19 @@ func ResetGuardState(ctx context.Context, client kubernetes.Interface) error {
 	return nil
 }
 
+// DeleteAddressClaims deletes every load-balancer address claim (the IPAddress
+// objects the CCM makes, label ipaddress.kubernetes.io/managed-by:
+// baremetal-ccm.io): a test whose CCMs stopped before their Services went leaves
+// them, and the next test's pools would find those addresses taken.
+func DeleteAddressClaims(ctx context.Context, client kubernetes.Interface) error {
+	err := client.NetworkingV1().IPAddresses().DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: "ipaddress.kubernetes.io/managed-by=baremetal-ccm.io"})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the address claims: %w", err)
+	}
+	return nil
+}
+
 // The deletion guard's state ConfigMap (pkg/provider.GuardStateNamespace,
 // pkg/inventory.StateConfigMapName), named here so the framework needs neither package.
 const (

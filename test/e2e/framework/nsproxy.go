@@ -49,60 +49,130 @@ func listenInNetns(name, addr string) (net.Listener, error) {
 
 // serveTCPProxy forwards every connection accepted on ln to upstream until the test
 // ends, then closes the listener and every connection.
-func serveTCPProxy(t testing.TB, ln net.Listener, upstream string) {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	conns := map[net.Conn]bool{}
-	track := func(c net.Conn, add bool) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if add && conns == nil {
-			return false // stopping
-		}
-		if add {
-			conns[c] = true
-		} else {
-			delete(conns, c)
-		}
-		return true
-	}
-	wg.Add(1)
+func serveTCPProxy(t testing.TB, ln net.Listener, upstream string) *tcpProxy {
+	p := &tcpProxy{upstream: upstream, conns: map[net.Conn]bool{}}
+	p.serve(ln)
+	t.Cleanup(p.stop)
+	return p
+}
+
+// tcpProxy forwards the connections its listeners accept to upstream. Its path can be
+// cut: refuse (no listener: connections are refused) or drop (connections accepted
+// and closed at once), then restored.
+type tcpProxy struct {
+	upstream string
+	wg       sync.WaitGroup
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]bool // nil once stopped
+	drop  bool
+}
+
+// serve accepts on ln (replacing any listener) until ln is closed.
+func (p *tcpProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer p.wg.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			wg.Add(1)
+			p.wg.Add(1)
 			go func() {
-				defer wg.Done()
-				defer c.Close()
-				up, err := net.DialTimeout("tcp", upstream, 5*time.Second)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				if !track(c, true) || !track(up, true) {
-					return
-				}
-				defer track(c, false)
-				defer track(up, false)
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-				<-done
+				defer p.wg.Done()
+				p.forward(c)
 			}()
 		}
 	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for c := range conns {
-			_ = c.Close()
-		}
-		conns = nil
-		mu.Unlock()
-		wg.Wait()
-	})
+}
+
+// forward copies between c and a new connection upstream until either side ends or
+// the path is cut.
+func (p *tcpProxy) forward(c net.Conn) {
+	defer c.Close()
+	if !p.track(c, true) {
+		return
+	}
+	defer p.track(c, false)
+	up, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	if !p.track(up, true) {
+		return
+	}
+	defer p.track(up, false)
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+}
+
+// track adds or removes a connection; it returns false when adding after stop or
+// while the path drops connections.
+func (p *tcpProxy) track(c net.Conn, add bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if add && (p.conns == nil || p.drop) {
+		return false
+	}
+	if add {
+		p.conns[c] = true
+	} else {
+		delete(p.conns, c)
+	}
+	return true
+}
+
+// cut closes every forwarded connection; refuse also closes the listener, drop makes
+// it close what it accepts.
+func (p *tcpProxy) cut(refuse bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if refuse && p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	p.drop = !refuse
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// restore forwards new connections again, on a listener from listen when cut
+// refused them.
+func (p *tcpProxy) restore(listen func() (net.Listener, error)) error {
+	p.mu.Lock()
+	listening := p.ln != nil
+	p.drop = false
+	p.mu.Unlock()
+	if listening {
+		return nil
+	}
+	ln, err := listen()
+	if err != nil {
+		return fmt.Errorf("the proxy to %s: listening again: %w", p.upstream, err)
+	}
+	p.serve(ln)
+	return nil
+}
+
+// stop closes the listener and every connection and waits for the forwarding to end.
+func (p *tcpProxy) stop() {
+	p.mu.Lock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+	}
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/baremetal-ccm/baremetal-ccm/internal/procsignal"
 )
 
 // Component of a control plane that a test can stall.
@@ -88,4 +90,77 @@ func AddAddress(ctx context.Context, ifname string, prefix netip.Prefix) error {
 		return fmt.Errorf("ip addr add %s dev %s: %w: %s", prefix, ifname, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// RestartAPIServer stops the API server (SIGTERM, as a rolling upgrade of a static pod
+// does; SIGKILL after 30 s), leaves it down (connections refused) for down, as while
+// the new version's container starts, starts it again with the same command line,
+// and waits at most timeout until /readyz answers 200, polled every 50 ms. It returns
+// when the old process had exited and when /readyz first answered 200: the API server
+// was ready again.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down, timeout time.Duration) (exited, ready time.Time, err error) {
+	pid, err := cp.PID(APIServer)
+	if err != nil {
+		return exited, ready, err
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return exited, ready, fmt.Errorf("the API server's command line: %w", err)
+	}
+	argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	began := time.Now()
+	defer func() {
+		end := ready
+		if end.IsZero() {
+			end = time.Now()
+		}
+		cp.mu.Lock()
+		cp.restarts = append(cp.restarts, [2]time.Time{began, end.Add(time.Second)})
+		cp.mu.Unlock()
+	}()
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return exited, ready, fmt.Errorf("stopping the API server (pid %d): %w", pid, err)
+	}
+	gone := func(context.Context) (bool, error) { return !procsignal.Running(pid), nil }
+	if err := WaitForInterval(ctx, 30*time.Second, 20*time.Millisecond, "the API server to exit", gone); err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		if err := WaitForInterval(ctx, 10*time.Second, 20*time.Millisecond, "the API server to die", gone); err != nil {
+			return exited, ready, err
+		}
+	}
+	exited = time.Now()
+	select {
+	case <-ctx.Done():
+		return exited, ready, ctx.Err()
+	case <-time.After(down):
+	}
+	log, err := os.OpenFile(filepath.Join(cp.Dir, APIServer+".log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return exited, ready, err
+	}
+	defer log.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // as control-plane.sh's setsid
+	if err := cmd.Start(); err != nil {
+		return exited, ready, fmt.Errorf("starting the API server again: %w", err)
+	}
+	go func() { _ = cmd.Wait() }() // reaped when control-plane.sh down stops it
+	if err := os.WriteFile(filepath.Join(cp.Dir, APIServer+".pid"), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		return exited, ready, err
+	}
+	err = WaitForInterval(ctx, timeout, 50*time.Millisecond, "the restarted API server's /readyz", func(ctx context.Context) (bool, error) {
+		if !procsignal.Running(cmd.Process.Pid) {
+			return false, fmt.Errorf("the restarted API server exited; see %s", log.Name())
+		}
+		var code int
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_ = cp.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(rctx).StatusCode(&code)
+		if code == http.StatusOK {
+			ready = time.Now()
+		}
+		return code == http.StatusOK, nil
+	})
+	return exited, ready, err
 }
