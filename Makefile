@@ -85,8 +85,8 @@ bench: deps ## Run the benchmarks: inventory, IPAM, BGP, routes (root), 1000 Nod
 	go test -tags e2e -count=1 -timeout 30m -run '^$$' -bench . -benchtime 1x -v ./test/e2e/...
 
 .PHONY: demo
-demo: deps build ## A local kube-apiserver, a Redfish BMC emulator and a BIRD router: Nodes initialized, a host powered off, LoadBalancer IPs and pod-CIDR routes in the router.
-	hack/demo.sh
+demo: ## A local kube-apiserver, a Redfish BMC emulator and a BIRD router: Nodes initialized, a host powered off, LoadBalancer IPs and pod-CIDR routes in the router. Prints its time (deps, build and demo).
+	@started=$$(date +%s); $(MAKE) --no-print-directory deps build && DEMO_STARTED=$$started hack/demo.sh
 
 .PHONY: clean
 clean: ## Remove build output.

@@ -22,6 +22,7 @@
 #
 # DEMO_KEEP=1 leaves the cluster running and prints how to use it.
 set -euo pipefail
+started=${DEMO_STARTED:-$(date +%s)} # make demo passes when it started (deps and build count)
 root=$(cd "$(dirname "$0")/.." && pwd)
 KUBE_BIN=${KUBE_BIN:-$("$root/hack/build-kube.sh")}
 export KUBE_BIN
@@ -140,6 +141,11 @@ grep -E '^- name:|systemUUID|instanceType|zone' "$W/inventory.yaml" | sed 's/^/ 
 bold "CloudConfig ($W/cloud-config.yaml): pools, BGP and routes"
 sed -n '/^loadBalancer:/,$p' "$W/cloud-config.yaml" | sed 's/^/  /'
 
+bold "Installing the CCM's namespace and RBAC, as an operator does: baremetal-ccmctl manifests rbac | kubectl apply -f -"
+"$W/bin/baremetal-ccmctl" manifests rbac | k apply -f - | sed 's/^/  /'
+echo "  (the CCM keeps the deletion guard's state and the pools' use in namespace baremetal-ccm;"
+echo "   without it the CCM is not ready and says so: baremetal-ccmctl explain ccm)"
+
 bold "Starting baremetal-cloud-controller-manager ($("$CCM" --version))"
 port=$(awk -v min=20000 -v max=40000 'BEGIN{srand(); print int(min+rand()*(max-min))}')
 "$CCM" --cloud-config="$W/cloud-config.yaml" --kubeconfig="$W/admin.kubeconfig" \
@@ -151,6 +157,8 @@ port=$(awk -v min=20000 -v max=40000 'BEGIN{srand(); print int(min+rand()*(max-m
 ccm_pid=$!
 wait_until 30 "the CCM's /healthz" curl -skf "https://127.0.0.1:$port/healthz"
 echo "  healthy on https://127.0.0.1:$port/healthz (log: $W/ccm.log)"
+preflight_ok() { curl -sk "https://127.0.0.1:$port/readyz" | grep -qv 'namespace\|may not'; }
+wait_until 30 "the CCM's preflight (its namespace and permissions; see curl -sk https://127.0.0.1:$port/readyz)" preflight_ok
 established() { birdc show protocols ccm | grep -q Established; }
 wait_until 30 "the BGP session with the router" established
 echo "  its embedded BGP speaker peers with the router: \$ birdc show protocols ccm"
@@ -290,3 +298,6 @@ token=$(k config view --raw -o jsonpath='{.users[0].user.token}')
 echo "/metrics of the CCM:"
 curl -sk -H "Authorization: Bearer $token" "https://127.0.0.1:$port/metrics" | grep -E '^baremetal_ccm_(inventory_(last_reload_failed|hosts|deletion_guard_tripped)|bmc_requests_total|build_info)' | sed 's/^/  /'
 k get nodes
+
+elapsed=$(( $(date +%s) - started ))
+bold "Demo passed in $((elapsed / 60)) min $((elapsed % 60)) s (make demo: dependencies, build and the demo)"

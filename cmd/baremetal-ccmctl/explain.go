@@ -51,12 +51,14 @@ func (k *kubeFlags) client() (kubernetes.Interface, string, error) {
 	return client, ns, err
 }
 
-const explainUsage = `usage: baremetal-ccmctl explain [--kubeconfig F] [--context C] [-n NS] svc/NAME | node/NAME
+const explainUsage = `usage: baremetal-ccmctl explain [--kubeconfig F] [--context C] [-n NS] svc/NAME | node/NAME | ccm
        baremetal-ccmctl explain [--inventory F] [--bmc-ca-file F] [--kubeconfig F] host/NAME
   svc/NAME   why a LoadBalancer Service is pending or not announced: its request, addresses,
              conditions (AddressAssigned, Announced), its pool's use, recent events, next steps
   node/NAME  why a Node is tainted or not initialized: taints, BMC conditions, what the CCM
              published for its agent, its replica's BGP sessions, recent events
+  ccm        whether the cluster has what the CCM needs: its namespace, its ConfigMaps, and
+             each replica's own check (its namespace and permissions; condition CCMPreflight)
   host/NAME  a host of the inventory: its entry, its Node, and its BMC asked as the CCM does
 Also as a kubectl plugin: kubectl baremetal explain svc/NAME (install kubectl-baremetal on the PATH).
 `
@@ -75,7 +77,7 @@ func explainCmd(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() != 1 || !strings.Contains(fs.Arg(0), "/") {
+	if fs.NArg() != 1 || !strings.Contains(fs.Arg(0), "/") && fs.Arg(0) != "ccm" {
 		fs.Usage()
 		return 2
 	}
@@ -97,8 +99,10 @@ func explainCmd(args []string, stdout, stderr io.Writer) int {
 		out, err = e.Service(ctx, ns, name)
 	case "node", "nodes", "no":
 		out, err = e.Node(ctx, name)
+	case "ccm":
+		out, err = e.CCM(ctx)
 	default:
-		fmt.Fprintf(stderr, "baremetal-ccmctl: explain %s: want svc/NAME, node/NAME or host/NAME\n", kind)
+		fmt.Fprintf(stderr, "baremetal-ccmctl: explain %s: want svc/NAME, node/NAME, ccm or host/NAME\n", kind)
 		return 2
 	}
 	if err != nil {

@@ -8,7 +8,7 @@
 //	baremetal-ccmctl manifests agent-daemonset [--image I] [--config-map NAME] [--config-dir D] [--host-dir D] [--serving-port N] [--api-server [HOST]:PORT] [-- extra agent args]
 //	baremetal-ccmctl agent kubeconfig --node NAME --ca-cert F --ca-key F --server URL [--ca-bundle F] [--tls-server-name N] [--validity D] [--out F]
 //	baremetal-ccmctl bmc check [--inventory FILE] [--timeout D] [--bmc-ca-file F] [--kubeconfig F] HOST
-//	baremetal-ccmctl explain [--kubeconfig F] [-n NS] svc/NAME | node/NAME | host/NAME
+//	baremetal-ccmctl explain [--kubeconfig F] [-n NS] svc/NAME | node/NAME | host/NAME | ccm
 //	baremetal-ccmctl lb pools [--kubeconfig F]
 //	baremetal-ccmctl version
 //
@@ -56,6 +56,8 @@ const usage = `usage:
       initialized: conditions, events, pools, BGP sessions, next steps
   baremetal-ccmctl explain [--inventory F] [--kubeconfig F] host/NAME
       an inventory host: its entry, its Node, and its BMC asked as the CCM does
+  baremetal-ccmctl explain [--kubeconfig F] ccm
+      whether the cluster has what the CCM needs (its namespace, ConfigMaps, permissions)
   baremetal-ccmctl lb pools [--kubeconfig F]
       every LoadBalancer pool's size, use and free addresses per family, and its Services
   baremetal-ccmctl version

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cloud-provider/app"
@@ -18,6 +19,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/informerscope"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/preflight"
 )
 
 // newCommand is the upstream CCM command (app.NewCloudControllerManagerCommand:
@@ -95,6 +97,13 @@ type process struct {
 	notifier  notifier
 	agent     readier
 	informers *informerscope.Scope
+	// nodeName is this replica's Node (--node-name).
+	nodeName string
+	// preflight is what this replica needs in the cluster (its namespace and
+	// permissions); /readyz fails until it passes. Nil until run starts it; mu
+	// guards it.
+	preflight *preflight.Monitor
+	mu        sync.Mutex
 	// apiBack returns a channel closed when the API server answers again after an
 	// outage (apigate.Gate.Reopened); nil until the informers' client is built.
 	apiBack func() <-chan struct{}
@@ -111,4 +120,16 @@ type notifier interface {
 	Status(string) error
 	Enabled() bool
 	RunWatchdog(ctx context.Context, check func(context.Context) error)
+}
+
+func (p *process) setPreflight(m *preflight.Monitor) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.preflight = m
+}
+
+func (p *process) preflightMonitor() *preflight.Monitor {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.preflight
 }

@@ -92,6 +92,7 @@ func main() {
 		c.SharedInformers = p.informers
 		cloud := newCloud(c)
 		bareCloud = cloud.(*provider.Cloud)
+		p.nodeName = flags.nodeName
 		// The inventory is loaded and reloaded for the process's life: the agent
 		// reads the host's rack peers from it, every leadership term its hosts.
 		bareCloud.Start(ctx)

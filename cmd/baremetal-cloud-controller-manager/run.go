@@ -125,8 +125,12 @@ func run(ctx context.Context, c *config.CompletedConfig, cloud cloudprovider.Int
 		root = informerscope.New(c.SharedInformers)
 	}
 	root.Start(ctx.Done())
-	if bc, ok := cloud.(*provider.Cloud); ok && c.ComponentConfig.Generic.LeaderElection.LeaderElect {
-		bc.SetFence(leaseFence(c))
+	if bc, ok := cloud.(*provider.Cloud); ok {
+		if c.ComponentConfig.Generic.LeaderElection.LeaderElect {
+			bc.SetFence(leaseFence(c))
+		}
+		p.setPreflight(newPreflight(c, bc.Config().LoadBalancer != nil, p.nodeName, p.notifier))
+		go p.preflightMonitor().Run(ctx)
 	}
 
 	t := &terms{process: ctx, c: c, cloud: cloud, constructors: constructors, health: health, informers: root}
@@ -437,13 +441,17 @@ func watchRelease(ctx context.Context, client kubernetes.Interface, namespace, n
 	ctrl.RunWithContext(ctx)
 }
 
-// readyzHandler answers /readyz: 200 once the informers synced and the agent
-// applies everything (its BGP sessions up with this host's paths at the routers,
-// see agent.Agent.Ready), else 503 with the reason.
+// readyzHandler answers /readyz: 200 once the informers synced, the agent applies
+// everything (its BGP sessions up with this host's paths at the routers, see
+// agent.Agent.Ready) and the preflight check passed (the CCM's namespace and
+// permissions, see newPreflight), else 503 with the reason.
 func readyzHandler(c *config.CompletedConfig, p *process) http.HandlerFunc {
 	nodes := c.SharedInformers.Core().V1().Nodes().Informer()
 	return func(w http.ResponseWriter, r *http.Request) {
 		ok, why := readiness(r.Context(), nodes.HasSynced, p)
+		if m := p.preflightMonitor(); ok && m != nil {
+			ok, why = m.Ready()
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if !ok {

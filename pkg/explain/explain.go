@@ -24,9 +24,11 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/preflight"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
 )
 
@@ -233,7 +235,7 @@ func (e *Explainer) Node(ctx context.Context, name string) (string, error) {
 		}
 		fmt.Fprintf(&b, "  taint %s:%s%s\n", t.Key, t.Effect, why)
 	}
-	for _, t := range []v1.NodeConditionType{powermon.ConditionBMCReachable, powermon.ConditionPoweredOn} {
+	for _, t := range []v1.NodeConditionType{powermon.ConditionBMCReachable, powermon.ConditionPoweredOn, preflight.ConditionType} {
 		for _, c := range n.Status.Conditions {
 			if c.Type == t {
 				fmt.Fprintf(&b, "  %s: %s (%s) since %s: %s\n", strings.TrimPrefix(string(t), "baremetal-ccm.io/"), c.Status, c.Reason, age(now, c.LastTransitionTime.Time), c.Message)
@@ -280,6 +282,57 @@ func (e *Explainer) Node(ctx context.Context, name string) (string, error) {
 	}
 	e.events(ctx, &b, "Node", "", name)
 	writeAdvice(&b, reasons)
+	return b.String(), nil
+}
+
+// CCM explains whether the cluster has what the CCM needs: its namespace and the
+// ConfigMaps it keeps there, and each replica's own check (the condition
+// baremetal-ccm.io/CCMPreflight on the Node it runs on).
+func (e *Explainer) CCM(ctx context.Context) (string, error) {
+	now := e.now()
+	var b strings.Builder
+	fmt.Fprintf(&b, "CCM namespace %s\n", CCMNamespace)
+	_, err := e.Client.CoreV1().Namespaces().Get(ctx, CCMNamespace, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		b.WriteString("  exists\n")
+		for _, name := range []string{inventory.StateConfigMapName, lb.PoolsConfigMap} {
+			_, err := e.Client.CoreV1().ConfigMaps(CCMNamespace).Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case err == nil:
+				fmt.Fprintf(&b, "  ConfigMap %s: present\n", name)
+			case apierrors.IsNotFound(err):
+				fmt.Fprintf(&b, "  ConfigMap %s: not yet (the leader creates it)\n", name)
+			default:
+				fmt.Fprintf(&b, "  ConfigMap %s: cannot read: %v\n", name, err)
+			}
+		}
+	case apierrors.IsNotFound(err):
+		fmt.Fprintf(&b, "  MISSING: no Node is reported gone and the pools' use is not published until it exists; fix: kubectl create namespace %s, or apply the packaged RBAC: %s\n", CCMNamespace, preflight.FixRBAC)
+	default:
+		fmt.Fprintf(&b, "  cannot read: %v\n", err)
+	}
+	nodes, err := e.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	reported := 0
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type != preflight.ConditionType {
+				continue
+			}
+			reported++
+			verdict := "passed"
+			if c.Status != v1.ConditionTrue {
+				verdict = "FAILED"
+			}
+			fmt.Fprintf(&b, "  replica on %s: %s (since %s): %s\n", n.Name, verdict, age(now, c.LastTransitionTime.Time), c.Message)
+		}
+	}
+	if reported == 0 {
+		b.WriteString("  no replica reports its check on a Node (replicas run with --node-name set to their Node's name do; see their /readyz and logs)\n")
+	}
 	return b.String(), nil
 }
 
