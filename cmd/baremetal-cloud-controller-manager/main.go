@@ -138,7 +138,7 @@ func newCloud(c *config.CompletedConfig) cloudprovider.Interface {
 		os.Exit(1)
 	}
 	if cp.CloudConfigFile == "" {
-		fmt.Fprintf(os.Stderr, "%s: --cloud-config is required (the path of a CloudConfig file, see the README)\n", program)
+		fmt.Fprintf(os.Stderr, "%s: --cloud-config is required (the path of a CloudConfig file, see docs/configuration.md)\n", program)
 		os.Exit(1)
 	}
 	if _, err := os.Stat(cp.CloudConfigFile); err != nil {

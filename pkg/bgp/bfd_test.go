@@ -73,7 +73,7 @@ func silentTrial(t testing.TB, r *bird.Router, prefixes []string) time.Duration 
 
 // TestBIRDBFDHostSilent: a speaker with BFD 300 ms x 3 falls silent; BIRD's BFD
 // declares the session down and drops its paths well before the 9 s hold time, as
-// BIRD's own log timestamps show. The target is 1 s (README: Benchmarks).
+// BIRD's own log timestamps show. The target is 1 s (docs/development.md: Benchmarks).
 func TestBIRDBFDHostSilent(t *testing.T) {
 	r := bird.Start(t, bird.Options{BFD: &bird.BFD{BGP: true}, EventLog: true})
 	took := silentTrial(t, r, []string{"198.51.103.1/32", "198.51.103.2/32"})

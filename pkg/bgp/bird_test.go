@@ -438,7 +438,7 @@ func TestBIRDSelfV6WithoutSourceAddress(t *testing.T) {
 	waitRoutes(t, r, lb6, "configured IPv6NextHop", hasNextHops(node))
 }
 
-// TestBIRDImportFilter: BIRD configured as the README's example (an import filter
+// TestBIRDImportFilter: BIRD configured as docs/configuration.md's example (an import filter
 // accepting only the pools) takes the pool's prefix and refuses the other.
 func TestBIRDImportFilter(t *testing.T) {
 	r := bird.Start(t, bird.Options{Accept: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:100::/48")}})

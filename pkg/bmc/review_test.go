@@ -121,7 +121,7 @@ func TestReviewLoginBudgetIsPerHostNotPerBMC(t *testing.T) {
 	}
 }
 
-// TestReviewOneSessionPerBMC: README "Sessions" promises one session per BMC; hosts
+// TestReviewOneSessionPerBMC: docs/configuration.md "Sessions" promises one session per BMC; hosts
 // sharing a BMC each keep their own, so an enclosure with more blades than the BMC's
 // session limit (4 here, as many BMCs) has blades that can never be read (503).
 func TestReviewOneSessionPerBMC(t *testing.T) {
@@ -272,7 +272,7 @@ func TestReviewRedirectDowngrade(t *testing.T) {
 // TestReviewIPMIWrongPasswordIsUnreachable: an IPMI BMC that refuses the password
 // (RAKP) answered; it is reported unreachable (ipmitool's words without -v are the
 // same as for no answer), and — no budget on the IPMI path at all — the refused
-// password is tried again on every read, though README says refused credentials are
+// password is tried again on every read, though docs/operations.md (What a BMC error means) says refused credentials are
 // not retried until they change or the window passes.
 func TestReviewIPMIWrongPasswordIsUnreachable(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)

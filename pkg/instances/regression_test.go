@@ -2,7 +2,7 @@ package instances
 
 // Regression tests from a hostile review: each reproduces a path on which
 // InstanceExists answered (false, nil) — the node-lifecycle controller then deletes the
-// NotReady Node at once — although the README does not justify it. Each failed before
+// NotReady Node at once — although the docs do not justify it. Each failed before
 // its fix.
 
 import (
@@ -25,7 +25,7 @@ import (
 // TestRenameHiddenByAmbiguity: host old-a was renamed new-a (same systemUUID) and
 // the Node's InternalIP now belongs to another host. renamed() treats the ambiguous
 // match as "no other host matches", so the Node is reported gone although a host with
-// its systemUUID is in the inventory. README: "a host that is absent by name but
+// its systemUUID is in the inventory. docs/operations.md: "a host that is absent by name but
 // another host matches the Node by systemUUID, name or InternalIP is a rename, not a
 // removal".
 func TestRenameHiddenByAmbiguity(t *testing.T) {
@@ -53,7 +53,7 @@ hosts:
 }
 
 // TestRenameWithByteSwappedUUID: the same rename, the inventory's systemUUID
-// written in the other SMBIOS byte order than kubelet reports (which the README says
+// written in the other SMBIOS byte order than kubelet reports (which docs/operations.md says
 // is the same machine). renamed() uses Match, whose UUID lookup is exact, so the rename
 // is not seen and the Node is reported gone.
 func TestRenameWithByteSwappedUUID(t *testing.T) {
@@ -141,7 +141,7 @@ hosts:
 // the Ready condition last changed one minute ago, the stamp is two hours old (left by
 // a monitor that stopped observing the host, e.g. a restart or leader change while the
 // Node was Ready). The host has really been off for about a minute; deleteAfter is an
-// hour. README: "only positively observed, continuous off time counts".
+// hour. docs/configuration.md: "only positively observed, continuous off time counts".
 func TestDeleteAfterAcrossReadiness(t *testing.T) {
 	_, inv, rec, ctx := setup(t)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))

@@ -1,7 +1,7 @@
 package inventory
 
 // Regression tests from a hostile review: each reproduces a sequence of events that
-// broke the deletion guard's promise (README "The deletion guard", DESIGN "Instances").
+// broke the deletion guard's promise (docs/operations.md "The deletion guard", DESIGN "Instances").
 // Each failed before its fix.
 
 import (
@@ -42,7 +42,7 @@ func (h *hookState) Save(ctx context.Context, st *GuardState) error {
 // published status only, and never looks at the Trip of the state it loads. A replica
 // whose status is stale (a paused former leader, or see the race test below) grants a
 // power-based action (deleteAfter, out-of-service) while the state store holds an
-// inventory trip. README: "A held inventory change ... stops power-based actions too."
+// inventory trip. docs/configuration.md: "A held inventory change ... stops power-based actions too."
 func TestPowerBudgetIgnoresTripInLoadedState(t *testing.T) {
 	f := newFixture(t, 10, 25)
 	f.setNodes(nodesFor(0, 20)...)
@@ -101,7 +101,7 @@ func TestPowerBudgetRacesTrip(t *testing.T) {
 // TestSettleSpansAnInvalidDocument: a shrunk document B, then a different
 // (invalid) content, then B again: the guard counts B's first sighting and the later
 // one as "unchanged for settleTime and two polls", although the source changed in
-// between. README: "used only after it was fetched unchanged for settleTime and by two
+// between. docs/operations.md: "used only after it was fetched unchanged for settleTime and by two
 // polls".
 func TestSettleSpansAnInvalidDocument(t *testing.T) {
 	f := newFixture(t, 10, 100)
@@ -168,7 +168,7 @@ func TestMaintenanceInSettlingDocument(t *testing.T) {
 // TestTripIDSurvivesRestart: a trip that lists hosts known from the accepted
 // inventory but without Nodes changes its ID after a restart (the accepted inventory is
 // not remembered, so those hosts drop out of the comparison): the acknowledgement of
-// the ID the event and every error announced no longer applies. README: "a restart or
+// the ID the event and every error announced no longer applies. docs/operations.md: "a restart or
 // a leader change forgets nothing"; "Editing the document otherwise ... keeps the trip".
 func TestTripIDSurvivesRestart(t *testing.T) {
 	f := newFixture(t, 10, 100)
@@ -222,7 +222,7 @@ func TestClearedEventBeforeSave(t *testing.T) {
 // A's in the other byte order, and whose name is host B's (B has no systemUUID), is
 // matched to B without a word: the ambiguity (A by UUID, B by name) is not seen, and
 // B's BMC, decommissioning and deletion then apply to machine A's Node. DESIGN:
-// "Ambiguity is an error, never a guess"; README: UUIDs "compared ... in either SMBIOS
+// "Ambiguity is an error, never a guess"; docs/operations.md: UUIDs "compared ... in either SMBIOS
 // byte order".
 func TestMatchUUIDByteOrder(t *testing.T) {
 	v, err := Parse([]byte(`apiVersion: baremetal-ccm.io/v1alpha1

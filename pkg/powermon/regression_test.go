@@ -19,7 +19,7 @@ import (
 // (its Ready condition last changed a minute ago: the host was on meanwhile), and the
 // replica that reads now never observed the host before (a restart or a new leader; no
 // monitor ran while the Node was Ready). The first reading of "off" fences the Node at
-// once, one minute after the host really went off. README: "only positively observed,
+// once, one minute after the host really went off. docs/configuration.md: "only positively observed,
 // continuous off time counts".
 func TestOffSinceAcrossAnUnobservedGap(t *testing.T) {
 	f := newFixture(t, false)

@@ -11,7 +11,7 @@ import (
 )
 
 // configTemplate is bird.conf as an operator would write it for a top-of-rack
-// router peering with the CCM's speakers; the README shows its Example verbatim.
+// router peering with the CCM's speakers; docs/configuration.md shows its Example verbatim.
 //
 //go:embed bird.conf.tmpl
 var configTemplate string
@@ -28,7 +28,7 @@ var configTmpl = template.Must(template.New("bird.conf").Option("missingkey=erro
 
 // configData is what the template needs.
 type configData struct {
-	// Test adds the tests' logging; without it the output is the README's example.
+	// Test adds the tests' logging; without it the output is the example in docs/configuration.md.
 	Test, EventLog     bool
 	LogFile            string
 	RouterV4           netip.Addr
@@ -110,7 +110,7 @@ func render(d configData) string {
 	return b.String()
 }
 
-// Example is bird.conf for a top-of-rack router as the README shows it: rendered
+// Example is bird.conf for a top-of-rack router as docs/configuration.md shows it: rendered
 // from the template the tests use, without their logging, for three CCM replicas
 // (10.0.0.11-13 and fd00::11-13, AS 65000, TCP-MD5) peering with the router
 // 10.0.0.254 / fd00::fe (AS 65001), the pools 192.0.2.0/24 and 2001:db8:5::/64, the

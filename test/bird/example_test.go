@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestExampleParses: the README's bird.conf (Example) is valid for BIRD 2.
+// TestExampleParses: docs/configuration.md's bird.conf (Example) is valid for BIRD 2.
 func TestExampleParses(t *testing.T) {
 	if _, err := exec.LookPath("bird"); err != nil {
 		t.Skip("bird not installed (hack/deps.sh installs bird2)")
@@ -22,14 +22,14 @@ func TestExampleParses(t *testing.T) {
 	}
 }
 
-// TestREADMEShowsExample: the project README shows Example verbatim, so what it
-// tells operators is what the tests run (the same template).
-func TestREADMEShowsExample(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestDocsShowExample: docs/configuration.md (Router configuration) shows Example
+// verbatim, so what it tells operators is what the tests run (the same template).
+func TestDocsShowExample(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "```\n"+Example()+"```\n") {
-		t.Errorf("README.md does not show bird.Example() verbatim in a ``` block; paste this:\n%s", Example())
+		t.Errorf("docs/configuration.md does not show bird.Example() verbatim in a ``` block; paste this:\n%s", Example())
 	}
 }

@@ -44,7 +44,7 @@ func (l *lbLab) waitServiceCondition(name, typ string, status metav1.ConditionSt
 	return *got
 }
 
-// TestServiceConditions: every user mistake the README lists leaves the Service
+// TestServiceConditions: every user mistake docs/operations.md lists leaves the Service
 // pending with AddressAssigned False and the mistake's reason (written by the
 // leader with no event needed); a Service that gets its address shows
 // AddressAssigned True and Announced True naming the replica and its session; the

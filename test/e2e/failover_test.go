@@ -169,7 +169,7 @@ func (l *lbLab) pathCount(ctx context.Context, p netip.Prefix) (int, error) {
 // that is stopped (SIGTERM) releases its Lease after stopping its controllers, and
 // the standby, which watches the Lease, takes over at once: a Service created right
 // after the SIGTERM gets its IP from the new leader long before the Lease would
-// have expired. Three hand-overs; the latencies are logged (README: Benchmarks).
+// have expired. Three hand-overs; the latencies are logged (docs/development.md: Benchmarks).
 func TestLeaderStopHandsOver(t *testing.T) {
 	l := newLBLab(t, 2)
 	l.startArgs(0, "self", defaultLeaseArgs...)

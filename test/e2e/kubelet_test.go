@@ -92,7 +92,7 @@ bgp:
 	if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// As the README installs it: a client certificate for the user the packaged RBAC
+	// As docs/install.md installs it: a client certificate for the user the packaged RBAC
 	// binds, and this node's own API server.
 	if err := framework.WriteClientKubeconfig(lab.CP, kubeconfig, cpNode.APIServer, manifests.UserName); err != nil {
 		t.Fatal(err)

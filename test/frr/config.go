@@ -20,7 +20,7 @@ var configTmpl = template.Must(template.New("frr.conf").Option("missingkey=error
 // configData is what the template needs.
 type configData struct {
 	// Test adds what tests need (log file, debug logging); without it the output is
-	// the README's example (Example).
+	// the example in docs/configuration.md (Example).
 	Test               bool
 	Hostname, LogFile  string
 	ASN                uint32
@@ -97,7 +97,7 @@ func (r *Router) renderConfig() (string, error) {
 	return b.String(), nil
 }
 
-// Example is frr.conf for a top-of-rack router as the README shows it: rendered
+// Example is frr.conf for a top-of-rack router as docs/configuration.md shows it: rendered
 // from the template the tests use, without their logging, for three CCM replicas
 // (10.0.0.11-13, AS 65000, TCP-MD5) peering with the router 10.0.0.254 (AS 65001),
 // the pools 192.0.2.0/24 and 2001:db8:5::/64, the pod network 10.244.0.0/16, graceful

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestExampleParses: the README's frr.conf (Example) is valid for FRR 8.4's vtysh.
+// TestExampleParses: docs/configuration.md's frr.conf (Example) is valid for FRR 8.4's vtysh.
 func TestExampleParses(t *testing.T) {
 	if _, err := exec.LookPath("vtysh"); err != nil {
 		t.Skip("vtysh not installed (hack/deps.sh installs frr)")
@@ -26,18 +26,18 @@ func TestExampleParses(t *testing.T) {
 	}
 }
 
-// TestMainREADMEShowsExample: the project README shows Example verbatim, so what
-// it tells operators is what the tests run (the same template).
-func TestMainREADMEShowsExample(t *testing.T) {
+// TestDocsShowExample: docs/configuration.md (Router configuration) shows Example
+// verbatim, so what it tells operators is what the tests run (the same template).
+func TestDocsShowExample(t *testing.T) {
 	ex, err := Example()
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "```\n"+ex+"```\n") {
-		t.Errorf("README.md does not show frr.Example() verbatim in a ``` block; paste this:\n%s", ex)
+		t.Errorf("docs/configuration.md does not show frr.Example() verbatim in a ``` block; paste this:\n%s", ex)
 	}
 }
