@@ -59,11 +59,7 @@ func TestManifests(t *testing.T) {
 }
 
 func TestBMCCheck(t *testing.T) {
-	b := redfish.NewBMC(redfish.Options{Username: "admin", Password: "ctl-secret-9"})
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := redfish.StartForTest(t, redfish.Options{Username: "admin", Password: "ctl-secret-9"})
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca.pem")
 	creds := filepath.Join(dir, "creds")

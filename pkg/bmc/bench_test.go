@@ -44,11 +44,7 @@ func BenchmarkPolls10k(b *testing.B) {
 	var emus []*redfish.BMC
 	var targets []Target
 	for i := range pollEmulators {
-		e := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: "bench-secret"})
-		if err := e.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(e.Close)
+		e := redfish.StartForTest(b, redfish.Options{CA: ca, Username: "admin", Password: "bench-secret"})
 		emus = append(emus, e)
 		port, _ := strconv.Atoi(e.Port())
 		targets = append(targets, Target{Host: fmt.Sprintf("poll-%d", i), Protocol: "redfish",

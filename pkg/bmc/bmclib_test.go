@@ -22,12 +22,8 @@ import (
 
 func startRedfish(t *testing.T, opts redfish.Options) *redfish.BMC {
 	t.Helper()
-	b := redfish.NewBMC(opts)
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	return b
+	return redfish.StartForTest(t, opts) // asserts that every session ended
+
 }
 
 func writeCreds(t *testing.T, user, pass string, mode os.FileMode) string {

@@ -50,11 +50,7 @@ func newTermLab(t *testing.T) *termLab {
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	dir := t.TempDir()
-	b := redfish.NewBMC(redfish.Options{})
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := redfish.StartForTest(t, redfish.Options{})
 	ca, creds := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "creds")
 	mustWrite(t, ca, string(b.CAPEM()))
 	mustWrite(t, creds, fmt.Sprintf("username: %s\npassword: %s\n", b.Username(), b.Password()))

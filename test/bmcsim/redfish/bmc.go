@@ -132,6 +132,21 @@ type Options struct {
 	// LockoutDuration is the lockout's length and the window in which
 	// failures add up. Default 10 minutes when LockoutAfter is set.
 	LockoutDuration time.Duration
+	// LoginOmitsToken makes a successful login create its session and answer
+	// 201 with Location (and the session in the body) but without the
+	// X-Auth-Token header DSP0266 requires: the client holds a session it
+	// cannot use, and must still delete it (with Basic auth).
+	LoginOmitsToken bool
+	// LoginOmitsLocation makes a successful login answer without the Location
+	// header DSP0266 requires; the body's @odata.id still names the session.
+	LoginOmitsLocation bool
+	// RootLinks replaces links of the ServiceRoot, by name ("Systems",
+	// "SessionService", "Links.Sessions"), with the given @odata.id, served
+	// verbatim: a cross-host link such as "@127.0.0.2:8443/redfish/v1/..." or
+	// "//127.0.0.2:8443/...", or an absolute URL of another service. The
+	// resources themselves stay where they are.
+	RootLinks map[string]string
+
 	// LoginDelay holds the answer to every successful login for that long
 	// after the session was created (the session exists and counts during
 	// the wait). A client that gives up, or Close, ends the wait with no
@@ -206,6 +221,9 @@ type BMC struct {
 	nextSession int
 	created     int
 	deleted     int
+	expired     int                 // sessions ended by SessionTimeout
+	dropped     int                 // sessions ended by ExpireSessions or Manager.Reset
+	rejectToken int                 // the next so many requests with a valid session token answer 401 (<0: all)
 	loginFails  int                 // session logins refused for bad credentials
 	basicFails  int                 // Basic auth refused for bad credentials
 	lockouts    map[string]*lockout // by client IP
@@ -668,8 +686,34 @@ func (b *BMC) LockedOut() bool {
 func (b *BMC) ExpireSessions() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.dropped += len(b.sessions)
 	b.sessions = map[string]*session{}
 	b.byToken = map[string]*session{}
+}
+
+// SessionsEnded returns the number of sessions that ended since NewBMC: by a
+// DELETE (SessionsDeleted), by SessionTimeout, or by ExpireSessions or
+// Manager.Reset (a BMC reboot).
+func (b *BMC) SessionsEnded() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(b.now())
+	return b.deleted + b.expired + b.dropped
+}
+
+// CheckSessions returns an error, naming the counts, unless every session
+// created so far has ended (SessionsCreated == SessionsEnded): a client that
+// leaves a session behind fills the BMC's session table, and real BMCs then
+// refuse every login, an operator's too.
+func (b *BMC) CheckSessions() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(b.now())
+	if ended := b.deleted + b.expired + b.dropped; ended != b.created {
+		return fmt.Errorf("redfish: %d sessions created, %d ended (%d deleted, %d timed out, %d dropped by a BMC reset): %d left open",
+			b.created, ended, b.deleted, b.expired, b.dropped, b.created-ended)
+	}
+	return nil
 }
 
 // Requests returns how many requests the BMC received, by "METHOD path"
@@ -762,6 +806,17 @@ func (b *BMC) SetMalformed(on bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.malformed = on
+}
+
+// SetRejectSessionTokens makes the next n requests that carry a valid
+// session token (a DELETE of a session included) answer 401 NoValidSession,
+// while the session stays: a BMC whose session table lags its login answers,
+// or that refuses an account's fresh session. n < 0: every such request, until
+// SetRejectSessionTokens(0). Basic auth is not affected.
+func (b *BMC) SetRejectSessionTokens(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rejectToken = n
 }
 
 // SetSessionExhausted makes every login with valid credentials answer as if

@@ -122,6 +122,7 @@ func TestLoginLogout(t *testing.T) {
 	c := client(t, b)
 
 	resp, data := do(t, c, b, http.MethodPost, sessionsPath, map[string]string{"UserName": "root", "Password": "calvin"})
+	logoutAtEnd(t, c, b, resp)
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("login: %d %s", resp.StatusCode, data)
 	}
@@ -185,6 +186,7 @@ func TestLoginRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, data := do(t, c, b, http.MethodPost, sessionsPath, tc.body)
+			logoutAtEnd(t, c, b, resp)
 			if resp.StatusCode != tc.status || !strings.HasSuffix(errorCode(t, data), tc.code) {
 				t.Fatalf("got %d %s, want %d %s", resp.StatusCode, data, tc.status, tc.code)
 			}
@@ -205,6 +207,7 @@ func TestSessionLimit(t *testing.T) {
 	login(t, c, b)
 
 	resp, data := do(t, c, b, http.MethodPost, sessionsPath, map[string]string{"UserName": b.Username(), "Password": b.Password()})
+	logoutAtEnd(t, c, b, resp)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.HasSuffix(errorCode(t, data), ".SessionLimitExceeded") {
 		t.Fatalf("login over the limit: %d %s", resp.StatusCode, data)
 	}
@@ -245,6 +248,7 @@ func TestSessionLimitOptions(t *testing.T) {
 		c := client(t, b)
 		login(t, c, b)
 		resp, data := do(t, c, b, http.MethodPost, sessionsPath, map[string]string{"UserName": b.Username(), "Password": b.Password()})
+		logoutAtEnd(t, c, b, resp)
 		if resp.StatusCode != http.StatusBadRequest || !strings.HasSuffix(errorCode(t, data), ".SessionLimitExceeded") {
 			t.Fatalf("%d %s", resp.StatusCode, data)
 		}

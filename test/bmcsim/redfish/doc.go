@@ -45,9 +45,18 @@
 //     Basic auth only (Options.NoSessionService); a client IP locked out
 //     after Options.LockoutAfter bad credentials, as iDRAC does, for
 //     Options.LockoutDuration by the BMC's clock; a login whose answer comes
-//     Options.LoginDelay after its session was created.
+//     Options.LoginDelay after its session was created; a login answered
+//     without X-Auth-Token or without Location (Options.LoginOmitsToken,
+//     LoginOmitsLocation; DSP0266 requires both, the body's @odata.id still
+//     names the session); ServiceRoot links to other hosts
+//     (Options.RootLinks); UUIDs in any written form (SystemSpec.UUID is
+//     served verbatim: upper case, without hyphens, in SMBIOS byte order).
+//   - Every session ends by a DELETE, SessionTimeout, or a BMC reset
+//     (ExpireSessions, Manager.Reset); CheckSessions says whether all did,
+//     and StartForTest asserts it at the end of every test that uses it.
 //   - Fault switches (SetLatency, SetHang, SetFailStatus, SetMalformed,
-//     SetSessionExhausted) can be flipped at any time from any goroutine.
+//     SetSessionExhausted, SetRejectSessionTokens: 401 for valid tokens, as
+//     right after a login on a BMC whose session table lags) can be flipped at any time from any goroutine.
 //   - Close closes the listener and every connection, ends hung and delayed
 //     requests, and returns only once the server goroutine and every handler
 //     have returned and every connection is closed: the BMC leaves no

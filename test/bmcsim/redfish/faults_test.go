@@ -135,6 +135,7 @@ func TestFailStatus(t *testing.T) {
 			}
 		}
 		resp, _ := do(t, c, b, http.MethodPost, sessionsPath, map[string]string{"UserName": b.Username(), "Password": b.Password()})
+		logoutAtEnd(t, c, b, resp)
 		if resp.StatusCode != tc.status {
 			t.Errorf("login under %d: %d", tc.status, resp.StatusCode)
 		}
@@ -169,6 +170,7 @@ func TestMalformed(t *testing.T) {
 	}
 	// A login still happens: the headers are intact, the body is not.
 	resp, data := do(t, c, b, http.MethodPost, sessionsPath, map[string]string{"UserName": b.Username(), "Password": b.Password()})
+	logoutAtEnd(t, c, b, resp)
 	if resp.StatusCode != http.StatusCreated || resp.Header.Get("X-Auth-Token") == "" || json.Valid(data) {
 		t.Fatalf("login: %d %v %s", resp.StatusCode, resp.Header, data)
 	}
@@ -186,6 +188,7 @@ func TestSessionExhausted(t *testing.T) {
 	c := client(t, b)
 	b.SetSessionExhausted(true)
 	resp, data := do(t, c, b, http.MethodPost, sessionsPath, map[string]string{"UserName": b.Username(), "Password": b.Password()})
+	logoutAtEnd(t, c, b, resp)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.HasSuffix(errorCode(t, data), ".SessionLimitExceeded") {
 		t.Fatalf("login while exhausted: %d %s", resp.StatusCode, data)
 	}

@@ -214,6 +214,12 @@ func (b *BMC) authenticate(r *http.Request) bool {
 		if s == nil {
 			return false
 		}
+		if b.rejectToken != 0 {
+			if b.rejectToken > 0 {
+				b.rejectToken--
+			}
+			return false
+		}
 		s.used = now
 		return true
 	}
@@ -286,6 +292,7 @@ func (b *BMC) expireLocked(now time.Time) {
 		if now.Sub(s.used) > b.opts.SessionTimeout {
 			delete(b.sessions, id)
 			delete(b.byToken, s.token)
+			b.expired++
 		}
 	}
 }
@@ -440,8 +447,12 @@ func (b *BMC) login(rs responder, r *http.Request) {
 	if b.opts.LoginDelay > 0 {
 		b.pause(r, b.opts.LoginDelay)
 	}
-	rs.w.Header().Set("X-Auth-Token", s.token)
-	rs.w.Header().Set("Location", sessionsPath+"/"+s.id)
+	if !b.opts.LoginOmitsToken {
+		rs.w.Header().Set("X-Auth-Token", s.token)
+	}
+	if !b.opts.LoginOmitsLocation {
+		rs.w.Header().Set("Location", sessionsPath+"/"+s.id)
+	}
 	rs.json(http.StatusCreated, doc)
 }
 
@@ -626,6 +637,13 @@ func (b *BMC) serviceRoot() map[string]any {
 	if b.opts.NoSessionService {
 		delete(root, "SessionService")
 		delete(root["Links"].(map[string]any), "Sessions")
+	}
+	for name, id := range b.opts.RootLinks {
+		if sub, ok := strings.CutPrefix(name, "Links."); ok {
+			root["Links"].(map[string]any)[sub] = link(id)
+		} else {
+			root[name] = link(id)
+		}
 	}
 	return root
 }

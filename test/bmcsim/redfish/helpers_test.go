@@ -16,14 +16,10 @@ import (
 const hangLimit = 20 * time.Second
 
 // startBMC starts a BMC and closes it when the test ends.
+// Every session a test creates must have ended when it ends (checkSessions).
 func startBMC(t *testing.T, opts Options) *BMC {
 	t.Helper()
-	b := NewBMC(opts)
-	if err := b.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(b.Close)
-	return b
+	return StartForTest(t, opts)
 }
 
 // startBMCWithClock is startBMC with a fake clock.
@@ -35,6 +31,11 @@ func startBMCWithClock(t *testing.T, opts Options, c *fakeClock) *BMC {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(b.Close)
+	t.Cleanup(func() {
+		if err := b.CheckSessions(); err != nil {
+			t.Errorf("session leak: %v", err)
+		}
+	})
 	return b
 }
 
@@ -164,7 +165,30 @@ func login(t *testing.T, c *http.Client, b *BMC) (tok, loc string) {
 	if tok == "" || loc == "" {
 		t.Fatalf("login: no X-Auth-Token or Location: %v", resp.Header)
 	}
+	logoutAtEnd(t, c, b, resp)
 	return tok, loc
+}
+
+// logoutAtEnd deletes the session a login answer created when the test ends
+// (before the session check of startBMC), as a well-behaved client does: with
+// its token, else with Basic auth. A session already ended is fine.
+func logoutAtEnd(t *testing.T, c *http.Client, b *BMC, resp *http.Response) {
+	t.Helper()
+	if resp.StatusCode != http.StatusCreated {
+		return
+	}
+	tok, loc := resp.Header.Get("X-Auth-Token"), resp.Header.Get("Location")
+	if loc == "" {
+		return
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), hangLimit)
+		defer cancel()
+		r, _, err := doCtx(ctx, c, b.URL()+loc, http.MethodDelete, nil, token(tok))
+		if err == nil && r.StatusCode == http.StatusUnauthorized {
+			_, _, _ = doCtx(ctx, c, b.URL()+loc, http.MethodDelete, nil, basic(b.Username(), b.Password()))
+		}
+	})
 }
 
 // powerState GETs the ComputerSystem with Basic auth and returns PowerState.

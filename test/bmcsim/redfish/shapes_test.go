@@ -367,12 +367,15 @@ func TestLockout(t *testing.T) {
 				}
 				if s.login {
 					resp, _ := do(t, c, b, http.MethodPost, sessionsPath, loginBody(b, pass))
+					logoutAtEnd(t, c, b, resp)
 					return resp.StatusCode
 				}
 				resp, _ := do(t, c, b, http.MethodGet, b.SystemPath(), nil, basic(b.Username(), pass))
 				return resp.StatusCode
 			}
 			tok, _ := login(t, c, b) // a session opened before any failure
+			// Before the logouts at the end: the lockout is over, so they are taken.
+			defer clk.Advance(time.Hour)
 			for i, s := range tc.steps {
 				if i > 0 && !s.right {
 					clk.Advance(tc.advance)
@@ -487,6 +490,7 @@ func TestLoginDelay(t *testing.T) {
 		if err := <-done; err == nil {
 			t.Fatal("the delayed login was answered")
 		}
+		b.ExpireSessions() // the client never learned of its session: only a BMC reset ends it
 	})
 
 	t.Run("client gives up", func(t *testing.T) {
@@ -506,6 +510,10 @@ func TestLoginDelay(t *testing.T) {
 		if b.ActiveSessions() != 1 {
 			t.Fatalf("the abandoned login's session is gone: %d active", b.ActiveSessions())
 		}
+		if err := b.CheckSessions(); err == nil {
+			t.Error("CheckSessions does not report the abandoned login's session")
+		}
+		b.ExpireSessions() // the client never learned of its session: only a BMC reset ends it
 	})
 }
 
