@@ -34,6 +34,12 @@ var (
 	// off (a transitional state, an error status, a system it cannot choose or that
 	// reports no PowerState). Not a reachability failure.
 	ErrUnknownState = errors.New("power state unknown")
+	// ErrAccessDenied: the BMC accepted the login but refuses this account what the
+	// read needs (a Redfish session refused right after its login, twice; IPMI
+	// completion code 0xD4, insufficient privilege). Not a refused login: it does
+	// not count against the failed-login budget. Errors wrapping it also wrap
+	// ErrUnknownState (the BMC answered; the power state stays unknown).
+	ErrAccessDenied = errors.New("the BMC refuses this account the read (privilege)")
 	// ErrNoBMC: the host has no BMC in the inventory.
 	ErrNoBMC = errors.New("host has no BMC")
 	// ErrBusy: every BMC call slot stayed taken; the BMC was not asked, and this does

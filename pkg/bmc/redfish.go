@@ -56,6 +56,9 @@ type redfishConn struct {
 	sessionURI string // to DELETE at logout
 
 	systems string // the Systems collection's URI
+	// track, when set, is told every request before it is sent ("GET /path"), so a
+	// call abandoned at its deadline can name the request under way.
+	track func(string)
 	// chosen is each host's ComputerSystem on this service (several hosts share a
 	// blade enclosure's BMC), by Target.Host.
 	chosen map[string]choice
@@ -102,21 +105,41 @@ func newRedfishConn(t Target, creds Credentials) (*redfishConn, error) {
 	return &redfishConn{base: base, http: client, creds: creds}, nil
 }
 
-// do sends one request and decodes a JSON answer into out (nil: none expected). A
-// status >= 400 is an *HTTPError; a transport failure is ErrUnreachable.
-func (c *redfishConn) do(ctx context.Context, method, path string, body any, out any) (*http.Response, error) {
+// do sends one request to ref (a path, or a link the BMC sent: see resolve) and
+// decodes a JSON answer into out (nil: none expected). A status >= 400 is an
+// *HTTPError; a transport failure is ErrUnreachable, and one at the call's deadline
+// names the request and the limit.
+func (c *redfishConn) do(ctx context.Context, method, ref string, body any, out any) (*http.Response, error) {
+	resp, data, err := c.send(ctx, method, ref, body, false)
+	if err != nil || out == nil {
+		return resp, err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return resp, fmt.Errorf("%w: the BMC answered %s %s with %d, but not with a JSON object: %w", ErrUnknownState, method, ref, resp.StatusCode, err)
+	}
+	return resp, nil
+}
+
+// send sends one request and returns the answer's body (at most maxBody bytes: a
+// longer one is an ErrUnknownState error). basic sends HTTP Basic auth instead of the
+// session's token.
+func (c *redfishConn) send(ctx context.Context, method, ref string, body any, basic bool) (*http.Response, []byte, error) {
+	path, err := c.resolve(ref)
+	if err != nil {
+		return nil, nil, err
+	}
 	var rd io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		// The path came from the BMC (a link it sent): it answered, but unusably.
-		return nil, fmt.Errorf("%w: the BMC sent a link that is not a valid path %q: %w", ErrUnknownState, path, err)
+		return nil, nil, fmt.Errorf("%w: the BMC sent a link that is not a valid path %q: %w", ErrUnknownState, path, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("OData-Version", "4.0")
@@ -124,33 +147,98 @@ func (c *redfishConn) do(ctx context.Context, method, path string, body any, out
 		req.Header.Set("Content-Type", "application/json")
 	}
 	switch {
+	case basic || (c.basic && c.token == ""):
+		req.SetBasicAuth(c.creds.Username, c.creds.Password)
 	case c.token != "":
 		req.Header.Set("X-Auth-Token", c.token)
-	case c.basic:
-		req.SetBasicAuth(c.creds.Username, c.creds.Password)
+	}
+	if c.track != nil {
+		c.track(method + " " + path)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, path, err)
+		if ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("%w: %s %s: %s: %w", ErrUnreachable, method, path, noAnswerWithin(ctx), ctx.Err())
+		}
+		return nil, nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, path, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s %s: reading the answer: %w", ErrUnreachable, method, path, err)
+		if ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("%w: %s %s: reading the answer: %s: %w", ErrUnreachable, method, path, noAnswerWithin(ctx), ctx.Err())
+		}
+		return nil, nil, fmt.Errorf("%w: %s %s: reading the answer: %w", ErrUnreachable, method, path, err)
+	}
+	if len(data) > maxBody {
+		return resp, nil, fmt.Errorf("%w: the BMC answered %s %s with %d and a body larger than %d MiB, more than any Redfish resource needs", ErrUnknownState, method, path, resp.StatusCode, maxBody>>20)
 	}
 	if resp.StatusCode >= 300 {
 		he := &HTTPError{Method: method, Path: path, Status: resp.StatusCode, MessageID: messageID(data)}
 		if refused(resp.StatusCode) {
-			return resp, fmt.Errorf("%w: %w", ErrAuth, he)
+			return resp, data, fmt.Errorf("%w: %w", ErrAuth, he)
 		}
-		return resp, fmt.Errorf("%w: the BMC answered %w", ErrUnknownState, he)
+		return resp, data, fmt.Errorf("%w: the BMC answered %w", ErrUnknownState, he)
 	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp, fmt.Errorf("%w: the BMC answered %s %s with %d, but not with a JSON object: %w", ErrUnknownState, method, path, resp.StatusCode, err)
+	return resp, data, nil
+}
+
+// resolve turns a reference into the path (with query) of a request to this BMC. A
+// reference is a path the client chose or a link the BMC sent (an @odata.id, a
+// Location): an absolute path ("/redfish/v1/Systems/1"), or an absolute URL with the
+// BMC's own scheme, host and port. Anything else — another host, a userinfo or
+// network-path trick ("@host/...", "//host/..."), another scheme or port, a relative
+// path — is an ErrUnknownState error and nothing is sent: the credentials (a login's
+// password, a token, Basic auth) never leave the BMC.
+func (c *redfishConn) resolve(ref string) (string, error) {
+	u, err := url.Parse(ref)
+	if err != nil {
+		return "", fmt.Errorf("%w: the BMC sent a link %q that is not on the BMC (not a valid absolute path): not followed", ErrUnknownState, oneLine(ref))
+	}
+	if u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		base, _ := url.Parse(c.base)
+		if u.User != nil || u.Opaque != "" || !strings.EqualFold(u.Scheme, base.Scheme) || !sameHostPort(u, base) {
+			return "", fmt.Errorf("%w: the BMC sent a link %q that is not on the BMC (%s): not followed", ErrUnknownState, oneLine(ref), c.base)
 		}
+	} else if !strings.HasPrefix(u.Path, "/") {
+		return "", fmt.Errorf("%w: the BMC sent a link %q that is not on the BMC (not an absolute path): not followed", ErrUnknownState, oneLine(ref))
 	}
-	return resp, nil
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	return (&url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}).RequestURI(), nil
+}
+
+// sameHostPort compares hosts (case-insensitive) and ports (the scheme's default
+// when absent).
+func sameHostPort(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(u.Scheme, "http") {
+			return "80"
+		}
+		return "443"
+	}
+	return strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
+}
+
+// callLimitKey carries a call's time limit, for messages.
+type callLimitKey struct{}
+
+// withCallLimit records d as the limit of the call ctx bounds.
+func withCallLimit(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, callLimitKey{}, d)
+}
+
+// noAnswerWithin says "no answer within <limit>": the limit withCallLimit recorded, else
+// the time from now to ctx's deadline.
+func noAnswerWithin(ctx context.Context) string {
+	if d, ok := ctx.Value(callLimitKey{}).(time.Duration); ok {
+		return "no answer within " + d.String()
+	}
+	return "no answer within the call's deadline"
 }
 
 // messageID returns a Redfish error body's code (or first MessageId).
@@ -237,7 +325,7 @@ func (c *redfishConn) login(ctx context.Context) error {
 		c.basic = true // no SessionService: Basic auth on every request
 		return nil
 	}
-	resp, err := c.do(ctx, http.MethodPost, sessions, map[string]string{"UserName": c.creds.Username, "Password": c.creds.Password}, nil)
+	resp, data, err := c.send(ctx, http.MethodPost, sessions, map[string]string{"UserName": c.creds.Username, "Password": c.creds.Password}, false)
 	if err != nil {
 		var he *HTTPError
 		if errors.As(err, &he) && (he.Status == http.StatusNotFound || he.Status == http.StatusMethodNotAllowed) {
@@ -246,24 +334,83 @@ func (c *redfishConn) login(ctx context.Context) error {
 		}
 		return err
 	}
+	uri, uriErr := c.sessionURIOf(resp, data, sessions)
 	token := resp.Header.Get("X-Auth-Token")
 	if token == "" {
-		return fmt.Errorf("%w: the BMC created a session (POST %s) but sent no X-Auth-Token", ErrUnknownState, sessions)
+		// A session without a token cannot be used, but it takes a place in the
+		// BMC's session table: delete it with Basic auth, now.
+		if uriErr != nil {
+			return fmt.Errorf("%w: the BMC created a session (POST %s) but sent no X-Auth-Token, and it cannot be deleted: %w", ErrUnknownState, sessions, uriErr)
+		}
+		_, _, derr := c.send(ctx, http.MethodDelete, uri, nil, true)
+		if derr != nil && !gone(derr) {
+			return fmt.Errorf("%w: the BMC created a session (POST %s) but sent no X-Auth-Token; deleting it failed: %w", ErrUnknownState, sessions, derr)
+		}
+		return fmt.Errorf("%w: the BMC created a session (POST %s) but sent no X-Auth-Token (the session was deleted)", ErrUnknownState, sessions)
 	}
-	c.token, c.sessionURI = token, resp.Header.Get("Location")
-	if u, err := url.Parse(c.sessionURI); err == nil && u.IsAbs() {
-		c.sessionURI = u.Path // some services answer with an absolute URL
+	c.token = token
+	if uriErr != nil {
+		// A token without a session to delete: use it for this read (it cannot be
+		// logged out, so it must not be kept either; the BMC expires it).
+		return fmt.Errorf("%w: the BMC created a session (POST %s) but named it nowhere, so it could not be logged out: %w", ErrUnknownState, sessions, uriErr)
 	}
+	c.sessionURI = uri
 	return nil
+}
+
+// sessionURIOf returns the path of the session a login created: its Location
+// header, else the @odata.id of the session in the body, else the collection's
+// path and the body's Id (DSP0266 requires the first two; services differ). Each is
+// resolved on the BMC (a session "elsewhere" is not deleted there).
+func (c *redfishConn) sessionURIOf(resp *http.Response, data []byte, sessions string) (string, error) {
+	var body resource
+	_ = json.Unmarshal(data, &body)
+	var refs []string
+	if loc := resp.Header.Get("Location"); loc != "" {
+		refs = append(refs, loc)
+	}
+	if id := body.str("@odata.id"); id != "" {
+		refs = append(refs, id)
+	}
+	if id := body.str("Id"); id != "" && !strings.Contains(id, "/") {
+		if base, err := c.resolve(sessions); err == nil {
+			refs = append(refs, strings.TrimSuffix(base, "/")+"/"+url.PathEscape(id))
+		}
+	}
+	var firstErr error
+	for _, ref := range refs {
+		p, err := c.resolve(ref)
+		if err == nil {
+			return p, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr == nil {
+		firstErr = errors.New("no Location header, and no @odata.id or Id in the body")
+	}
+	return "", firstErr
+}
+
+// gone reports whether a DELETE's error means the session no longer exists.
+func gone(err error) bool {
+	var he *HTTPError
+	return errors.As(err, &he) && he.Status == http.StatusNotFound
 }
 
 // logout ends the session and forgets it. Its error says whether the BMC took the
 // DELETE (a session it no longer knows — 404, or 401/403 for its token — counts as
-// ended).
-func (c *redfishConn) logout(ctx context.Context) error {
+// ended). With basicFallback, a DELETE refused for the token is sent again with
+// Basic auth: for a session the BMC refuses the token of although it exists (a 401
+// right after the login).
+func (c *redfishConn) logout(ctx context.Context, basicFallback bool) error {
 	var err error
 	if c.token != "" && c.sessionURI != "" {
 		_, err = c.do(ctx, http.MethodDelete, c.sessionURI, nil, nil)
+		if basicFallback && errors.Is(err, ErrAuth) {
+			_, _, err = c.send(ctx, http.MethodDelete, c.sessionURI, nil, true)
+		}
 		var he *HTTPError
 		if errors.As(err, &he) && (he.Status == http.StatusNotFound || refused(he.Status)) {
 			err = nil // the BMC no longer knows the session (expired, rebooted)

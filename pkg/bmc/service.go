@@ -49,7 +49,9 @@ type Config struct {
 	// MaxConcurrent is the number of driver calls in flight at once, over all BMCs.
 	MaxConcurrent int
 	// FailureThreshold consecutive failures open a BMC's breaker for BackoffBase,
-	// doubling with every further failure up to BackoffMax.
+	// doubling with every further failure up to BackoffMax. An answer without a
+	// power state opens it at once (it is no failure of the BMC, but asking again
+	// at once would get the same answer).
 	FailureThreshold int
 	BackoffBase      time.Duration
 	BackoffMax       time.Duration
@@ -80,7 +82,11 @@ type Reading struct {
 // calls overall; concurrent asks for one BMC share one call; a successful answer is
 // reused for CacheTTL; a BMC gets CallTimeout to answer, counted from when its call
 // holds a slot (waiting for a slot never counts against a BMC); a BMC in backoff is not
-// called and answers ErrBackoff at once.
+// called and answers ErrBackoff at once. An answer without a power state
+// (ErrUnknownState) backs the host off at once, for BackoffBase doubling up to
+// BackoffMax while it repeats, so such a host costs at most one read per backoff
+// interval. Readings and backoffs belong to the host's BMC and system (readingKey):
+// a changed address starts afresh.
 type Service struct {
 	drv   Driver
 	cfg   Config
@@ -93,11 +99,32 @@ type Service struct {
 
 type bmcState struct {
 	// guarded by Service.mu
+	bmc      string // the BMC the state is of (readingKey): another one starts afresh
 	last     Reading
 	lastErr  error
-	failures int
+	failures int       // consecutive failures (unreachable, refused)
+	unknowns int       // consecutive answers without a power state
 	until    time.Time // breaker open until
 	inflight *call
+}
+
+// readingKey names what a host's reading comes from: its BMC (protocol, address,
+// port) and the system on it. A reading, cached or backed off, is never served for
+// another (a changed bmc.address, bmc.system or systemUUID).
+func readingKey(t Target) string {
+	return fmt.Sprintf("%s\x00%s\x00%d\x00%s\x00%s", t.Protocol, t.Address, t.Port, t.System, t.SystemUUID)
+}
+
+// stateLocked returns t's state, a new one when t's host had none or its BMC
+// changed. It runs with s.mu held.
+func (s *Service) stateLocked(t Target) *bmcState {
+	key := readingKey(t)
+	st := s.bmcs[t.Host]
+	if st == nil || st.bmc != key {
+		st = &bmcState{bmc: key} // a call under way for the old BMC ends on its own state
+		s.bmcs[t.Host] = st
+	}
+	return st
 }
 
 type call struct {
@@ -146,8 +173,8 @@ func (s *Service) Recent(ctx context.Context, t Target, maxAge time.Duration) (R
 // way instead of starting a second one. Its result counts like any other call's.
 func (s *Service) Probe(ctx context.Context, t Target) (Reading, error) {
 	s.mu.Lock()
-	st := s.bmcs[t.Host]
-	if st != nil && st.inflight == nil {
+	st := s.stateLocked(t)
+	if st.inflight == nil {
 		st.until = time.Time{} // this one call ignores the backoff; a failure sets it again
 	}
 	s.mu.Unlock()
@@ -157,11 +184,7 @@ func (s *Service) Probe(ctx context.Context, t Target) (Reading, error) {
 func (s *Service) powerState(ctx context.Context, t Target, maxAge time.Duration, joinFirst bool) (Reading, error) {
 	now := s.clock.Now()
 	s.mu.Lock()
-	st := s.bmcs[t.Host]
-	if st == nil {
-		st = &bmcState{}
-		s.bmcs[t.Host] = st
-	}
+	st := s.stateLocked(t)
 	if joinFirst && st.inflight != nil && st.lastErr != nil {
 		// The BMC failed its last call and is being asked again: answer that failure
 		// now rather than hold the caller on a BMC that may hang again.
@@ -225,7 +248,7 @@ func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
 	select {
 	case s.sem <- struct{}{}:
 		cancelSlot()
-		callCtx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+		callCtx, cancel := context.WithTimeout(withCallLimit(ctx, s.cfg.CallTimeout), s.cfg.CallTimeout)
 		start := s.clock.Now()
 		var raw string
 		if ir, ok := s.drv.(IdentityReader); ok {
@@ -267,11 +290,20 @@ func (s *Service) finish(logger klog.Logger, t Target, st *bmcState, c *call, st
 	st.inflight = nil
 	switch {
 	case err == nil:
-		st.last, st.lastErr, st.failures, st.until = Reading{State: state, At: now, SystemUUID: uuid}, nil, 0, time.Time{}
+		st.last, st.lastErr, st.failures, st.unknowns, st.until = Reading{State: state, At: now, SystemUUID: uuid}, nil, 0, 0, time.Time{}
 		requests.WithLabelValues(t.Protocol, "power_state", "success").Inc()
 	case errors.Is(err, ErrUnknownState):
-		// The BMC answered: not a reachability failure, but nothing to cache either.
-		st.lastErr = err
+		// The BMC answered: not a reachability failure, and nothing to cache as a
+		// power state; but asking again at once would most likely get the same
+		// answer (a system it cannot choose, a refused privilege), so it is not
+		// asked again for BackoffBase, doubling with every unknown in a row up to
+		// BackoffMax. Callers get ErrBackoff wrapping this error meanwhile: still
+		// unknown, never off.
+		st.lastErr, st.failures = err, 0
+		st.unknowns++
+		backoff := s.backoff(st.unknowns - 1)
+		st.until = now.Add(backoff)
+		logger.V(2).Info("BMC answered without a power state: not asked again until the backoff ends", "event", "bmcUnknownBackoff", "unknowns", st.unknowns, "backoff", backoff, "err", err)
 		requests.WithLabelValues(t.Protocol, "power_state", "unknown").Inc()
 	case errors.Is(err, ErrBusy):
 		// We never asked the BMC: nothing to hold against it.
@@ -282,11 +314,9 @@ func (s *Service) finish(logger klog.Logger, t Target, st *bmcState, c *call, st
 	default:
 		st.lastErr = err
 		st.failures++
+		st.unknowns = 0
 		if st.failures >= s.cfg.FailureThreshold {
-			backoff := s.cfg.BackoffBase << min(st.failures-s.cfg.FailureThreshold, 20)
-			if backoff > s.cfg.BackoffMax || backoff <= 0 {
-				backoff = s.cfg.BackoffMax
-			}
+			backoff := s.backoff(st.failures - s.cfg.FailureThreshold)
 			st.until = now.Add(backoff)
 			logger.Info("BMC backed off after repeated failures", "event", "bmcBackoff", "failures", st.failures, "backoff", backoff, "err", err)
 		}
@@ -296,6 +326,15 @@ func (s *Service) finish(logger klog.Logger, t Target, st *bmcState, c *call, st
 	c.state, c.uuid, c.at, c.err = state, uuid, now, err
 	s.mu.Unlock()
 	close(c.done)
+}
+
+// backoff is BackoffBase doubled n times, at most BackoffMax.
+func (s *Service) backoff(n int) time.Duration {
+	b := s.cfg.BackoffBase << min(n, 20)
+	if b > s.cfg.BackoffMax || b <= 0 {
+		b = s.cfg.BackoffMax
+	}
+	return b
 }
 
 func (s *Service) countFailingLocked() int {

@@ -32,9 +32,15 @@ import (
 //     and IPMI alike);
 //   - a logout the BMC does not take is tried again by CloseIdle and Close (until
 //     maxKeep), also for sessions replaced after a change of credentials;
-//   - a session the BMC no longer accepts (401 after expiry or a BMC reboot: bmclib
-//     never logs in again by itself) is logged out and replaced by one new login, in
-//     the same call; changed credentials or TLS settings replace the session too;
+//   - a session the BMC does not accept (401 after expiry or a BMC reboot, or right
+//     after its login) is logged out and replaced by one new login, in the same call;
+//     when the new session is refused too the error is ErrAccessDenied (the login
+//     was accepted: not the credentials) and no refused login is counted; changed
+//     credentials or TLS settings replace the session too;
+//   - a login whose answer lacks X-Auth-Token deletes the session it created (with
+//     Basic auth) before the call returns; a session is found for its logout by the
+//     Location header, the body's @odata.id or Id; every link taken from the BMC's
+//     answers must be on the BMC's own scheme, host and port, or nothing is sent;
 //   - a session idle for longer than the idle time is logged out by Run; a session on
 //     a BMC that stopped answering is kept and logged out once the BMC answers again
 //     (Run probes it at every idle time), or dropped after maxKeep when it never does
@@ -82,14 +88,22 @@ type conn struct {
 	fails      []time.Time
 	refusedKey [32]byte
 	refusedAt  time.Time
-	// abandoned is set while a call whose caller gave up still runs.
-	abandoned atomic.Bool
+	// call is the Redfish call holding lock (nil when none does); its abandoned
+	// flag is set when its caller gave up. Being per call, a flag set late (after
+	// the call ended) marks nothing: a later call holding lock is never "busy".
+	call atomic.Pointer[redfishCall]
+	// request is the last request sent on the BMC ("GET /path"), for messages.
+	request atomic.Pointer[string]
 }
+
+// redfishCall is one call on a conn.
+type redfishCall struct{ abandoned atomic.Bool }
 
 // staleSession is a replaced session still to be logged out.
 type staleSession struct {
-	client *redfishConn
-	since  time.Time
+	client        *redfishConn
+	since         time.Time
+	basicFallback bool
 }
 
 // loginTimeout bounds a login, which runs to its answer even when its caller gave up.
@@ -235,6 +249,8 @@ func (s *Sessions) readRedfish(ctx context.Context, t Target) (string, string, e
 		state, uuid string
 		err         error
 	}
+	call := &redfishCall{}
+	c.call.Store(call)
 	done := make(chan result, 1)
 	go func() {
 		state, uuid, err := s.read(ctx, c, t, creds)
@@ -251,7 +267,7 @@ func (s *Sessions) readRedfish(ctx context.Context, t Target) (string, string, e
 			// session goes too.
 			s.logout(ctx, c)
 		}
-		c.abandoned.Store(false)
+		c.call.CompareAndSwap(call, nil)
 		<-c.lock // before answering: the caller's next call finds the BMC free
 		done <- result{state, uuid, err}
 	}()
@@ -259,8 +275,12 @@ func (s *Sessions) readRedfish(ctx context.Context, t Target) (string, string, e
 	case r := <-done:
 		return r.state, r.uuid, r.err
 	case <-ctx.Done():
-		c.abandoned.Store(true)
-		return "", "", fmt.Errorf("%w: %w", ErrUnreachable, ctx.Err())
+		call.abandoned.Store(true)
+		req := "the call"
+		if p := c.request.Load(); p != nil {
+			req = *p
+		}
+		return "", "", fmt.Errorf("%w: %s: %s: %w", ErrUnreachable, req, noAnswerWithin(ctx), ctx.Err())
 	}
 }
 
@@ -290,10 +310,11 @@ func (s *Sessions) read(ctx context.Context, c *conn, t Target, creds Credential
 		c.client, c.healthy = nil, false
 		return "", "", err
 	}
-	if err != nil && reused && errors.Is(err, ErrAuth) {
-		// The BMC no longer accepts the session (expired, or the BMC rebooted).
-		logger.V(2).Info("BMC session no longer accepted: logging in again")
-		s.logout(ctx, c)
+	if err != nil && errors.Is(err, ErrAuth) {
+		// The BMC refuses the session: it expired or the BMC rebooted (a kept one),
+		// or the BMC refuses a session it has just created. Log in once more.
+		logger.V(2).Info("BMC session not accepted: logging in again", "reused", reused)
+		s.logoutWith(ctx, c, !reused)
 		if ctx.Err() != nil {
 			return "", "", fmt.Errorf("%w: %w", ErrUnreachable, ctx.Err())
 		}
@@ -301,9 +322,25 @@ func (s *Sessions) read(ctx context.Context, c *conn, t Target, creds Credential
 			return "", "", err
 		}
 		state, uuid, err = c.client.readSystem(ctx, t)
+		if err != nil && errors.Is(err, ErrAuth) {
+			// The login was accepted right before: not the credentials, but what
+			// the BMC lets this account read.
+			s.logoutWith(ctx, c, true)
+			return "", "", accessDenied(err)
+		}
 	}
 	c.healthy = err == nil
 	return state, uuid, err
+}
+
+// accessDenied turns a refusal that follows an accepted login into an
+// ErrAccessDenied error, keeping the HTTP answer but not ErrAuth.
+func accessDenied(err error) error {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return fmt.Errorf("%w (%w): the BMC accepted the login but refused the session's request twice: %w", ErrAccessDenied, ErrUnknownState, he)
+	}
+	return fmt.Errorf("%w (%w): the BMC accepted the login but refused the session's request twice", ErrAccessDenied, ErrUnknownState)
 }
 
 func (s *Sessions) login(ctx context.Context, c *conn, t Target, creds Credentials, key [32]byte) error {
@@ -314,6 +351,7 @@ func (s *Sessions) login(ctx context.Context, c *conn, t Target, creds Credentia
 	if err != nil {
 		return err
 	}
+	client.track = func(req string) { c.request.Store(&req) }
 	// The login runs to its answer even if the caller gives up meanwhile: a session the
 	// BMC creates is then kept (and logged out in time), and a refusal is counted.
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loginTimeout)
@@ -334,28 +372,32 @@ func (s *Sessions) login(ctx context.Context, c *conn, t Target, creds Credentia
 
 // logout ends c's session on its own deadline and forgets it; a logout the BMC does
 // not take is kept for CloseIdle and Close to try again.
-func (s *Sessions) logout(ctx context.Context, c *conn) {
+func (s *Sessions) logout(ctx context.Context, c *conn) { s.logoutWith(ctx, c, false) }
+
+// logoutWith is logout; basicFallback sends the DELETE again with Basic auth when
+// the BMC refuses the session's token (see redfishConn.logout).
+func (s *Sessions) logoutWith(ctx context.Context, c *conn, basicFallback bool) {
 	if c.client == nil {
 		return
 	}
 	old := c.client
 	c.client, c.healthy = nil, false
-	s.logoutOrKeep(ctx, old, c.used)
+	s.logoutOrKeep(ctx, old, c.used, basicFallback)
 }
 
 // logoutOrKeep logs a session out, or keeps it in s.stale when the BMC does not take
 // the logout.
-func (s *Sessions) logoutOrKeep(ctx context.Context, client *redfishConn, since time.Time) {
+func (s *Sessions) logoutOrKeep(ctx context.Context, client *redfishConn, since time.Time, basicFallback bool) {
 	token, uri := client.token, client.sessionURI
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), logoutTimeout)
 	defer cancel()
-	err := client.logout(lctx)
+	err := client.logout(lctx, basicFallback)
 	if err == nil || time.Since(since) >= maxKeep {
 		client.http.CloseIdleConnections() // ended, or never taken: the BMC expires it
 	} else {
 		client.token, client.sessionURI = token, uri
 		s.mu.Lock()
-		s.stale = append(s.stale, staleSession{client: client, since: since})
+		s.stale = append(s.stale, staleSession{client: client, since: since, basicFallback: basicFallback})
 		s.mu.Unlock()
 	}
 }
@@ -368,7 +410,7 @@ func (s *Sessions) retryStale(ctx context.Context) {
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, st := range stale {
-		wg.Go(func() { s.logoutOrKeep(ctx, st.client, st.since) })
+		wg.Go(func() { s.logoutOrKeep(ctx, st.client, st.since, st.basicFallback) })
 	}
 	wg.Wait()
 }
@@ -379,7 +421,11 @@ func (s *Sessions) Busy(t Target) bool {
 	s.mu.Lock()
 	c := s.conns[bmcKey(t)]
 	s.mu.Unlock()
-	return c != nil && c.abandoned.Load() && len(c.lock) > 0
+	if c == nil {
+		return false
+	}
+	call := c.call.Load()
+	return call != nil && call.abandoned.Load()
 }
 
 // BeginTerm opens one leadership term and returns at once; the returned channel closes
