@@ -280,3 +280,28 @@ func TestCacheFollowsTheBMCAddress(t *testing.T) {
 		t.Fatalf("after the address change: %+v, %v; want a fresh read (off)", r, err)
 	}
 }
+
+// TestLateAbandonMarksNothing: a caller that gives up just as its call ends marks the
+// call abandoned after it released the BMC; a later call holding the shared BMC (another
+// blade's) must not look busy (Service would fail it at once as "has not returned").
+func TestLateAbandonMarksNothing(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b := startRedfish(t, redfish.Options{})
+	tgt := redfishTarget(t, b, b.Password())
+	s := NewSessions(nil, time.Minute)
+	defer s.Close(ctx, 5*time.Second)
+	cctx, cancel := context.WithCancel(ctx)
+	s.afterCall = func() {
+		cancel()       // the caller gives up right as the call ends ...
+		<-cctx.Done() // ... and sees its context end before the answer
+	}
+	_, _, _ = s.ReadPower(cctx, tgt)
+	s.afterCall = nil
+	c := s.connFor(tgt)
+	c.lock <- struct{}{} // another host's call on the same BMC, under way
+	busy := s.Busy(tgt)
+	<-c.lock
+	if busy {
+		t.Fatal("a call abandoned after it ended marks the BMC busy for the next one")
+	}
+}

@@ -70,6 +70,10 @@ type Sessions struct {
 	shut      bool             // Close ran: no term starts again
 	closeOnce sync.Once
 	loggedOut chan struct{} // closed when Close has logged out every session
+
+	// afterCall, when set (tests), runs when a Redfish call has released its BMC,
+	// before its caller is answered.
+	afterCall func()
 }
 
 // conn is one BMC's kept session.
@@ -269,6 +273,9 @@ func (s *Sessions) readRedfish(ctx context.Context, t Target) (string, string, e
 		}
 		c.call.CompareAndSwap(call, nil)
 		<-c.lock // before answering: the caller's next call finds the BMC free
+		if s.afterCall != nil {
+			s.afterCall()
+		}
 		done <- result{state, uuid, err}
 	}()
 	select {
