@@ -292,7 +292,7 @@ func TestLateAbandonMarksNothing(t *testing.T) {
 	defer s.Close(ctx, 5*time.Second)
 	cctx, cancel := context.WithCancel(ctx)
 	s.afterCall = func() {
-		cancel()       // the caller gives up right as the call ends ...
+		cancel()      // the caller gives up right as the call ends ...
 		<-cctx.Done() // ... and sees its context end before the answer
 	}
 	_, _, _ = s.ReadPower(cctx, tgt)
