@@ -88,7 +88,7 @@ func bmcCheck(args []string, stdout, stderr io.Writer) int {
 
 	// The CCM's own driver (kept Redfish session, system choice, identity), logged
 	// out before returning.
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(bmc.WithCallLimit(context.Background(), *timeout), *timeout)
 	defer cancel()
 	var source bmc.CredentialSource // nil: the credentials file
 	if t.SecretName != "" {
@@ -116,6 +116,8 @@ func bmcCheck(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		reach := "no (unreachable)"
 		switch {
+		case errors.Is(err, bmc.ErrAccessDenied):
+			reach = "yes, but it refuses this account the read (the login worked: give the account the privilege, e.g. Operator or a read-only role)"
 		case errors.Is(err, bmc.ErrAuth):
 			reach = "no (credentials refused)"
 		case errors.Is(err, bmc.ErrCredentials):

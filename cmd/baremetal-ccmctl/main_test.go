@@ -79,7 +79,8 @@ func TestBMCCheck(t *testing.T) {
 	}
 	b.SetHang(true)
 	out.Reset()
-	if code := run([]string{"bmc", "check", "--inventory", inv, "--timeout", "300ms", "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), "reachable:   no (unreachable)") {
+	if code := run([]string{"bmc", "check", "--inventory", inv, "--timeout", "300ms", "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), "reachable:   no (unreachable)") ||
+		!strings.Contains(out.String(), "no answer within 300ms") || !strings.Contains(out.String(), "GET /redfish/v1/") {
 		t.Errorf("hung BMC: exit %d:\n%s", code, out.String())
 	}
 	b.SetHang(false)
@@ -93,5 +94,42 @@ func TestBMCCheck(t *testing.T) {
 	}
 	if code := run([]string{"bmc", "check", "--inventory", inv, "nobmc"}, &out, &errb); code != 2 {
 		t.Errorf("host without BMC: exit %d", code)
+	}
+}
+
+// TestBMCCheckClasses (issue 26): bmc check reports a BMC that refuses a fresh
+// session as refusing the account (not refused credentials), and a login answered
+// without X-Auth-Token as answered-but-unknown; neither leaves a session behind
+// (StartForTest asserts it).
+func TestBMCCheckClasses(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   redfish.Options
+		reject bool
+		want   string
+	}{
+		{"fresh sessions refused", redfish.Options{}, true, "reachable:   yes, but it refuses this account the read"},
+		{"login without token", redfish.Options{LoginOmitsToken: true}, false, "reachable:   yes, but the power state could not be read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Username, tc.opts.Password = "admin", "ctl-secret-9"
+			b := redfish.StartForTest(t, tc.opts)
+			if tc.reject {
+				b.SetRejectSessionTokens(-1)
+			}
+			dir := t.TempDir()
+			ca, creds, inv := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "creds"), filepath.Join(dir, "inventory.yaml")
+			_ = os.WriteFile(ca, b.CAPEM(), 0o600)
+			_ = os.WriteFile(creds, []byte("username: admin\npassword: ctl-secret-9\n"), 0o600)
+			_ = os.WriteFile(inv, fmt.Appendf(nil, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: h1\n  bmc: {protocol: redfish, address: \"https://127.0.0.1\", port: %s, credentialsFile: %s, caFile: %s}\n", b.Port(), creds, ca), 0o600)
+			var out, errb bytes.Buffer
+			for range 2 { // no session left behind by either run
+				out.Reset()
+				if code := run([]string{"bmc", "check", "--inventory", inv, "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), tc.want) || strings.Contains(out.String(), "credentials refused") {
+					t.Fatalf("exit %d, want 1 and %q:\n%s", code, tc.want, out.String())
+				}
+			}
+			b.SetRejectSessionTokens(0)
+		})
 	}
 }

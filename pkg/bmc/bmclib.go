@@ -257,4 +257,6 @@ func refused(status int) bool {
 }
 
 // ipmiAuthRE matches what ipmitool prints when the BMC refuses the user or password.
-var ipmiAuthRE = regexp.MustCompile(`(?i)\b(rakp \d|unauthorized name|invalid user name|incorrect password|invalid password|authentication type|insufficient privilege)`)
+// (Insufficient privilege, 0xD4, is not a refusal of the credentials: ipmitool
+// reports it as ErrAccessDenied.)
+var ipmiAuthRE = regexp.MustCompile(`(?i)\b(rakp \d|unauthorized name|invalid user name|incorrect password|invalid password|authentication type)`)

@@ -2,8 +2,6 @@ package bmc
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,21 +32,7 @@ func (s *Sessions) ReadPower(ctx context.Context, t Target) (string, string, err
 	if t.Protocol == inventory.ProtocolRedfish {
 		return s.readRedfish(ctx, t)
 	}
-	raw, err := s.PowerState(ctx, t)
-	if err != nil || Normalize(raw) != PowerOff {
-		return raw, "", err
-	}
-	creds, err := credentialsOf(ctx, s.creds, t)
-	if err != nil {
-		return "", "", fmt.Errorf("%w: the BMC reports the host off, but its system's identity could not be read: %w", ErrUnknownState, err)
-	}
-	uuid, err := s.ids.get(ctx, fingerprint(t, creds), func(ctx context.Context) (string, error) {
-		return ipmiSystemGUID(ctx, t, creds)
-	})
-	if err != nil {
-		return "", "", fmt.Errorf("%w: the BMC reports the host off, but its system's identity could not be read: %w", ErrUnknownState, err)
-	}
-	return raw, uuid, nil
+	return s.readIPMI(ctx, t, true)
 }
 
 // identities caches system UUIDs by target fingerprint.
@@ -82,11 +66,6 @@ func (c *identities) get(ctx context.Context, fp [32]byte, read func(context.Con
 	return uuid, nil
 }
 
-// canonicalUUID lower-cases a UUID; anything that is not a UUID is "" (no evidence).
-func canonicalUUID(s string) string {
-	s = strings.ToLower(strings.TrimSpace(s))
-	if _, ok := inventory.SameSystemUUID(s, s); !ok {
-		return ""
-	}
-	return s
-}
+// canonicalUUID is inventory.CanonicalUUID: lower case with hyphens (a BMC may send
+// none); anything that is not a UUID, or a placeholder, is "" (no evidence).
+func canonicalUUID(s string) string { return inventory.CanonicalUUID(s) }

@@ -86,7 +86,7 @@ func TestReadPowerIdentityIPMI(t *testing.T) {
 	bad := writeCreds(t, "admin", "wrong-pw", 0o600)
 	wrong := tgt
 	wrong.CredentialsFile = bad
-	if g, err := ipmiSystemGUID(cctx, wrong, Credentials{Username: "admin", Password: "wrong-pw"}); err == nil || g != "" {
+	if g, err := ipmiSystemGUID(cctx, ipmitool, wrong, Credentials{Username: "admin", Password: "wrong-pw"}); err == nil || g != "" {
 		t.Fatalf("wrong password: %q, %v", g, err)
 	}
 }

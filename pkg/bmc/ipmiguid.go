@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -19,6 +20,7 @@ import (
 // refused the user or password, ErrUnreachable otherwise (ipmitool prints the same
 // for both unless verbose).
 func ipmitool(ctx context.Context, t Target, creds Credentials, args ...string) (string, error) {
+	limit := noAnswerWithin(ctx)
 	port := "623"
 	if t.Port != 0 {
 		port = strconv.Itoa(int(t.Port))
@@ -33,18 +35,30 @@ func ipmitool(ctx context.Context, t Target, creds Credentials, args ...string) 
 			return "", fmt.Errorf("%w: ipmitool is not installed (Debian: apt-get install ipmitool)", ErrUnreachable)
 		}
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("%w: ipmitool %s: no answer: %w", ErrUnreachable, strings.Join(args, " "), ctx.Err())
+			return "", fmt.Errorf("%w: ipmitool %s: %s: %w", ErrUnreachable, strings.Join(args, " "), limit, ctx.Err())
 		}
 		msg := oneLine(stderr.String() + " " + stdout.String())
+		if ipmiPrivilegeRE.MatchString(msg) {
+			// The session was opened (the credentials were accepted), but the
+			// account may not run this command: completion code 0xD4.
+			return stdout.String(), fmt.Errorf("%w (%w): ipmitool %s: %s (%w)", ErrAccessDenied, ErrUnknownState, strings.Join(args, " "), msg, err)
+		}
 		return stdout.String(), classify(fmt.Errorf("ipmitool %s: %s (%w)", strings.Join(args, " "), msg, err))
 	}
 	return stdout.String(), nil
 }
 
+// ipmiPrivilegeRE matches ipmitool's words for completion code 0xD4 (insufficient
+// privilege level), for a command or for the session's privilege level.
+var ipmiPrivilegeRE = regexp.MustCompile(`(?i)(rsp=0xd4\b|insufficient privilege)`)
+
+// ipmiRunner runs one ipmitool command (ipmitool; a fake in tests).
+type ipmiRunner func(ctx context.Context, t Target, creds Credentials, args ...string) (string, error)
+
 // ipmiPowerStatus reads the chassis power state with one ipmitool run (one RMCP+
 // login): "Chassis Power is on".
-func ipmiPowerStatus(ctx context.Context, t Target, creds Credentials) (string, error) {
-	out, err := ipmitool(ctx, t, creds, "chassis", "power", "status")
+func ipmiPowerStatus(ctx context.Context, run ipmiRunner, t Target, creds Credentials) (string, error) {
+	out, err := run(ctx, t, creds, "chassis", "power", "status")
 	if err != nil {
 		return "", err
 	}
@@ -58,10 +72,13 @@ func ipmiPowerStatus(ctx context.Context, t Target, creds Credentials) (string, 
 // other users could read it. The 16 bytes are returned in the order the BMC sent them,
 // formatted as a UUID; SameSystemUUID compares them in every byte order BMCs use. A BMC
 // that answers "invalid command" (the command is optional) reports "".
-func ipmiSystemGUID(ctx context.Context, t Target, creds Credentials) (string, error) {
-	out, err := ipmitool(ctx, t, creds, "raw", "0x06", "0x37")
+func ipmiSystemGUID(ctx context.Context, run ipmiRunner, t Target, creds Credentials) (string, error) {
+	out, err := run(ctx, t, creds, "raw", "0x06", "0x37")
 	if err != nil {
-		if strings.Contains(err.Error(), "Invalid command") || strings.Contains(err.Error(), "rsp=0xc1") {
+		// Only the answer to this very command counts: with -v, ipmitool also
+		// prints "Invalid command" for the optional commands it probes at login
+		// (Get VSO Capabilities) on any BMC, whatever happened next.
+		if guidNotImplementedRE.MatchString(err.Error()) {
 			return "", nil // optional command, not implemented: no evidence either way
 		}
 		return "", err
@@ -69,18 +86,20 @@ func ipmiSystemGUID(ctx context.Context, t Target, creds Credentials) (string, e
 	return parseRawGUID(out)
 }
 
+// guidNotImplementedRE matches ipmitool's words for Get System GUID answered with
+// completion code 0xC1 (invalid command).
+var guidNotImplementedRE = regexp.MustCompile(`(?i)cmd=0x37 rsp=0xc1\b`)
+
 // parseRawGUID turns ipmitool's raw output (" 2c c4 db 75 ... a0 d5") into a UUID
-// string; all zeros or all ones (no GUID set) is "".
+// string; a placeholder (inventory.IsPlaceholderUUID, in any byte order: no GUID
+// set) is "".
 func parseRawGUID(out string) (string, error) {
 	b, err := hex.DecodeString(strings.Join(strings.Fields(out), ""))
 	if err != nil || len(b) != 16 {
 		return "", fmt.Errorf("%w: Get System GUID answered %q, not 16 bytes", ErrUnknownState, oneLine(out))
 	}
-	if bytes.Equal(b, make([]byte, 16)) || bytes.Equal(b, bytes.Repeat([]byte{0xff}, 16)) {
-		return "", nil
-	}
 	h := hex.EncodeToString(b)
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32], nil
+	return canonicalUUID(h), nil
 }
 
 // oneLine joins the lines of a tool's output, so it fits one log line or event.

@@ -227,12 +227,14 @@ func sameHostPort(a, b *url.URL) bool {
 // callLimitKey carries a call's time limit, for messages.
 type callLimitKey struct{}
 
-// withCallLimit records d as the limit of the call ctx bounds.
-func withCallLimit(ctx context.Context, d time.Duration) context.Context {
+// WithCallLimit records d as the time limit of the call ctx bounds, so that a
+// timeout names it ("no answer within 10s"). Service sets it on every call; callers
+// of a Driver directly (baremetal-ccmctl) set it with their own deadline.
+func WithCallLimit(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, callLimitKey{}, d)
 }
 
-// noAnswerWithin says "no answer within <limit>": the limit withCallLimit recorded, else
+// noAnswerWithin says "no answer within <limit>": the limit WithCallLimit recorded, else
 // the time from now to ctx's deadline.
 func noAnswerWithin(ctx context.Context) string {
 	if d, ok := ctx.Value(callLimitKey{}).(time.Duration); ok {

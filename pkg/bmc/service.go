@@ -248,7 +248,7 @@ func (s *Service) do(ctx context.Context, t Target, st *bmcState, c *call) {
 	select {
 	case s.sem <- struct{}{}:
 		cancelSlot()
-		callCtx, cancel := context.WithTimeout(withCallLimit(ctx, s.cfg.CallTimeout), s.cfg.CallTimeout)
+		callCtx, cancel := context.WithTimeout(WithCallLimit(ctx, s.cfg.CallTimeout), s.cfg.CallTimeout)
 		start := s.clock.Now()
 		var raw string
 		if ir, ok := s.drv.(IdentityReader); ok {

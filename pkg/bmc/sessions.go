@@ -71,6 +71,8 @@ type Sessions struct {
 	closeOnce sync.Once
 	loggedOut chan struct{} // closed when Close has logged out every session
 
+	// ipmi runs ipmitool (nil: the ipmitool binary; a fake in tests).
+	ipmi ipmiRunner
 	// afterCall, when set (tests), runs when a Redfish call has released its BMC,
 	// before its caller is answered.
 	afterCall func()
@@ -190,7 +192,8 @@ var _ Driver = (*Sessions)(nil)
 // PowerState implements Driver.
 func (s *Sessions) PowerState(ctx context.Context, t Target) (string, error) {
 	if t.Protocol != inventory.ProtocolRedfish {
-		return s.readIPMI(ctx, t)
+		raw, _, err := s.readIPMI(ctx, t, false)
+		return raw, err
 	}
 	raw, _, err := s.readRedfish(ctx, t)
 	return raw, err
@@ -198,31 +201,49 @@ func (s *Sessions) PowerState(ctx context.Context, t Target) (string, error) {
 
 // readIPMI reads an IPMI host's power with one ipmitool run, one RMCP+ login
 // (bmclib's Open runs "power status" too, so a read through it logs in twice), one at
-// a time per BMC and within the failed-login budget.
-func (s *Sessions) readIPMI(ctx context.Context, t Target) (string, error) {
+// a time per BMC and within the failed-login budget. With identity, an "off" answer
+// also reads the system GUID (see ReadPower) in the same turn on the BMC: under its
+// lock and within its budget, and a refused login there counts too.
+func (s *Sessions) readIPMI(ctx context.Context, t Target, identity bool) (string, string, error) {
 	c := s.connFor(t)
 	if c == nil {
-		return "", ErrNoTerm
+		return "", "", ErrNoTerm
 	}
 	select {
 	case c.lock <- struct{}{}:
 	case <-ctx.Done():
-		return "", fmt.Errorf("%w: the previous call to this BMC has not returned: %w", ErrUnreachable, ctx.Err())
+		return "", "", fmt.Errorf("%w: the previous call to this BMC has not returned: %w", ErrUnreachable, ctx.Err())
 	}
 	defer func() { <-c.lock }()
 	creds, err := credentialsOf(ctx, s.creds, t)
 	if err != nil {
-		return "", err
+		return "", "", err
+	}
+	run := s.ipmi
+	if run == nil {
+		run = ipmitool
 	}
 	key := fingerprint(t, creds)
 	if err := s.loginAllowed(c, key, time.Now()); err != nil {
-		return "", err
+		return "", "", err
 	}
-	raw, err := ipmiPowerStatus(ctx, t, creds)
+	raw, err := ipmiPowerStatus(ctx, run, t, creds)
 	if errors.Is(err, ErrAuth) {
 		s.refused(c, key, time.Now())
 	}
-	return raw, err
+	if err != nil || !identity || Normalize(raw) != PowerOff {
+		return raw, "", err
+	}
+	uuid, err := s.ids.get(ctx, key, func(ctx context.Context) (string, error) {
+		return ipmiSystemGUID(ctx, run, t, creds)
+	})
+	if err != nil {
+		if errors.Is(err, ErrAuth) {
+			s.refused(c, key, time.Now())
+		}
+		return "", "", fmt.Errorf("%w: the BMC reports the host off, but its system's identity could not be read: %w", ErrUnknownState, err)
+	}
+	return raw, uuid, nil
 }
 
 // refused records a refused login against c's budget.

@@ -5,7 +5,7 @@
 // from (Redfish ComputerSystem.UUID, IPMI system GUID).
 //
 // A missing value is not a contradiction; two present values that differ (in either
-// SMBIOS byte order, see inventory.SameSystemUUID) are, and Check then returns an error that
+// byte order, see inventory.SameSystemUUID) are, and Check then returns an error that
 // names both.
 package identity
 

@@ -27,6 +27,11 @@ func TestCheck(t *testing.T) {
 	}{
 		{"all agree", a, a, a, nil},
 		{"byte orders differ, same machine", a, a, aSMBIOS, nil},
+		// Issue 26: the inventory in SMBIOS order, the Node in RFC order, the IPMI
+		// GUID fully reversed (from the SMBIOS bytes), and a BMC without hyphens.
+		{"three byte orders, one machine", a, aSMBIOS, "014d4e4f-c0b5-5280-4a10-00374c4c4544", nil},
+		{"BMC UUID without hyphens", a, a, "4C4C454400374A108052B5C04F4E4D01", nil},
+		{"BMC UUID without hyphens, another machine", a, a, "4C4C454400374A108052B5C04F4E4D02", []string{"h1", "bmc.address"}},
 		{"nothing known", "", "", "", nil},
 		{"only the BMC", "", "", a, nil},
 		{"node contradicts host", b, a, "", []string{a, b, "n1", "h1"}},

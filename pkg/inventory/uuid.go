@@ -8,10 +8,14 @@ import (
 
 // SameSystemUUID compares two system UUIDs. comparable is false when either is empty
 // or not a UUID (absence is not a contradiction). Otherwise same is true when they are
-// equal ignoring case, in any of the byte orders the same 16 bytes are written in:
-// as is (RFC 4122), with the first three fields byte-swapped (SMBIOS stores them
-// little-endian, and tools differ in whether they swap them), or with all 16 bytes
-// reversed (the IPMI specification's GUID order, in which Get System GUID answers).
+// the same 16 bytes ignoring case, in any of the byte orders they are written in: as is
+// (RFC 4122), with the first three fields byte-swapped (SMBIOS stores them
+// little-endian, and tools differ in whether they swap them), with all 16 bytes
+// reversed (the IPMI specification's GUID order, in which Get System GUID answers), and
+// every combination of these (a BMC may reverse the SMBIOS form). The relation is an
+// equivalence: two values that each match a third match each other, so a Node, its
+// inventory host and its BMC that each write the machine's UUID in another order agree.
+// A UUID may be written without hyphens or in braces.
 //
 // A placeholder (all zeros, all ones, or the 03000200-0400-0500-0006-000700080009 that
 // many boards' firmware reports unset) identifies no machine: not comparable either.
@@ -21,10 +25,32 @@ func SameSystemUUID(a, b string) (same, comparable bool) {
 	if !okA || !okB || isPlaceholder(x) || isPlaceholder(y) {
 		return false, false
 	}
-	if x == y {
-		return true, true
+	return slices.Contains(byteOrders(x), y), true
+}
+
+// byteOrders returns u in every byte order SameSystemUUID accepts: its closure under
+// swapSMBIOS and reverse (at most 8), u first, then swapSMBIOS(u), reverse(u).
+func byteOrders(u [16]byte) [][16]byte {
+	out := [][16]byte{u}
+	for i := 0; i < len(out); i++ {
+		for _, f := range [][16]byte{swapSMBIOS(out[i]), reverse(out[i])} {
+			if !slices.Contains(out, f) {
+				out = append(out, f)
+			}
+		}
 	}
-	return swapSMBIOS(x) == y || reverse(x) == y, true
+	return out
+}
+
+// CanonicalUUID returns u as a lower-case, hyphenated UUID in the byte order it was
+// written in; "" when u is not a UUID (see SameSystemUUID for the forms accepted) or
+// is a placeholder: no evidence of a machine.
+func CanonicalUUID(u string) string {
+	b, ok := uuidBytes(u)
+	if !ok || isPlaceholder(b) {
+		return ""
+	}
+	return formatUUID(b)
 }
 
 // reverse reverses all 16 bytes.
@@ -35,13 +61,21 @@ func reverse(u [16]byte) [16]byte {
 	return u
 }
 
+// uuidBytes parses a UUID written with hyphens (8-4-4-4-12) or without (32 hex
+// digits), optionally in braces.
 func uuidBytes(s string) ([16]byte, bool) {
 	var out [16]byte
 	s = strings.TrimSpace(s)
-	if !uuidRE.MatchString(s) {
+	if len(s) > 2 && s[0] == '{' && s[len(s)-1] == '}' {
+		s = s[1 : len(s)-1]
+	}
+	switch {
+	case uuidRE.MatchString(s):
+		s = strings.ReplaceAll(s, "-", "")
+	case len(s) != 32:
 		return out, false
 	}
-	raw, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
+	raw, err := hex.DecodeString(s)
 	if err != nil || len(raw) != 16 {
 		return out, false
 	}
@@ -67,10 +101,8 @@ func UUIDForms(u string) []string {
 		return nil
 	}
 	var out []string
-	for _, f := range [][16]byte{b, swapSMBIOS(b), reverse(b)} {
-		if s := formatUUID(f); !slices.Contains(out, s) {
-			out = append(out, s)
-		}
+	for _, f := range byteOrders(b) {
+		out = append(out, formatUUID(f))
 	}
 	return out
 }
@@ -89,7 +121,7 @@ var placeholders = func() map[[16]byte]bool {
 		"03000200-0400-0500-0006-000700080009", // "To Be Filled By O.E.M." boards
 	} {
 		b, _ := uuidBytes(s)
-		for _, f := range [][16]byte{b, swapSMBIOS(b), reverse(b)} {
+		for _, f := range byteOrders(b) {
 			m[f] = true
 		}
 	}

@@ -34,8 +34,11 @@ func TestSameSystemUUID(t *testing.T) {
 
 func TestUUIDForms(t *testing.T) {
 	got := UUIDForms("4C4C4544-0037-4A10-8052-B5C04F4E4D01")
-	want := []string{"4c4c4544-0037-4a10-8052-b5c04f4e4d01", "44454c4c-3700-104a-8052-b5c04f4e4d01", "014d4e4f-c0b5-5280-104a-370044454c4c"}
-	if len(got) != len(want) {
+	want := []string{"4c4c4544-0037-4a10-8052-b5c04f4e4d01", "44454c4c-3700-104a-8052-b5c04f4e4d01", "014d4e4f-c0b5-5280-104a-370044454c4c",
+		"014d4e4f-c0b5-5280-4a10-00374c4c4544", // all reversed after the SMBIOS swap
+		"4f4e4d01-b5c0-8052-104a-370044454c4c", // swapped after the reversal
+	}
+	if len(got) < len(want) {
 		t.Fatalf("UUIDForms = %v, want %v", got, want)
 	}
 	for i := range want {
@@ -45,5 +48,34 @@ func TestUUIDForms(t *testing.T) {
 	}
 	if f := UUIDForms("00000000-0000-0000-0000-000000000000"); f != nil {
 		t.Errorf("placeholder forms = %v", f)
+	}
+}
+
+// TestSameSystemUUIDIsTransitive (issue 26): inventory UUID in SMBIOS order, Node UUID
+// in RFC order and the IPMI GUID fully reversed from the SMBIOS bytes all name one
+// machine, pairwise; hyphens are optional.
+func TestSameSystemUUIDIsTransitive(t *testing.T) {
+	const rfc = "4c4c4544-0037-4a10-8052-b5c04f4e4d01"
+	b, _ := uuidBytes(rfc)
+	smbios := formatUUID(swapSMBIOS(b))
+	ipmi := formatUUID(reverse(swapSMBIOS(b)))
+	forms := []string{rfc, smbios, ipmi, formatUUID(reverse(b)), "4C4C454400374A108052B5C04F4E4D01", "{" + smbios + "}"}
+	for _, x := range forms {
+		for _, y := range forms {
+			if same, ok := SameSystemUUID(x, y); !same || !ok {
+				t.Errorf("SameSystemUUID(%s, %s) = %v, %v; want the same machine", x, y, same, ok)
+			}
+		}
+	}
+	if same, ok := SameSystemUUID(ipmi, "4c4c4544-0037-4a10-8052-b5c04f4e4d02"); same || !ok {
+		t.Errorf("another machine: %v, %v", same, ok)
+	}
+	if got := CanonicalUUID("4C4C454400374A108052B5C04F4E4D01"); got != rfc {
+		t.Errorf("CanonicalUUID without hyphens = %q, want %s", got, rfc)
+	}
+	for _, p := range []string{"", "nope", "00000000000000000000000000000000", "09000800-0700-0600-0005-000400020003"} {
+		if got := CanonicalUUID(p); got != "" {
+			t.Errorf("CanonicalUUID(%q) = %q, want \"\" (no evidence)", p, got)
+		}
 	}
 }

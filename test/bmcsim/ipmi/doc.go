@@ -36,6 +36,13 @@
 //     elsewhere in the test binary that exits while locked to its thread
 //     cannot take the BMCs down with it.
 //
+// Options.SystemGUIDs sets the bytes each BMC answers Get System GUID with (any
+// byte order). Options.Refuse makes commands fail with a completion code (0xD4,
+// insufficient privilege, as for an account below the command's privilege):
+// ipmi_sim has no per-command privilege settings, so Lab.ToolDir holds an
+// ipmitool that logs in like the real one and then prints the real one's words for
+// that code; put it first in PATH.
+//
 // ipmi_sim quirks this package works around or exposes:
 //   - ipmitool's default cipher suite (17) is refused: use "-C 3", as
 //     BMC.IPMIToolArgs does.

@@ -67,7 +67,23 @@ type Options struct {
 	// IPMISimPath and IPMIToolPath locate the binaries. Defaults: "ipmi_sim"
 	// and "ipmitool" looked up in PATH.
 	IPMISimPath, IPMIToolPath string
+	// SystemGUIDs are the 16 bytes BMC i answers Get System GUID with, in the
+	// order it sends them, as 32 hex digits (hyphens allowed): any byte order a
+	// test needs. BMCs beyond the list get a random GUID.
+	SystemGUIDs []string
+	// Refuse makes commands fail with a completion code, on every BMC of the
+	// lab, as seen through ipmitool: ipmi_sim has no per-command privilege
+	// settings, so ToolDir holds an ipmitool that opens the session as the real
+	// one does (a wrong password still fails there) and then prints what
+	// ipmitool prints for the refused command's completion code, and passes
+	// every other command to the real ipmitool. Put ToolDir first in PATH.
+	Refuse []Refusal
 }
+
+// Refusal is a command a BMC refuses: "raw NetFn Cmd" answers completion code
+// Code (0xD4: insufficient privilege level, as a BMC answers an account whose
+// privilege is below the command's).
+type Refusal struct{ NetFn, Cmd, Code byte }
 
 // Lab is a set of simulated BMCs started by Start. Its methods are safe for
 // concurrent use.
@@ -196,6 +212,14 @@ func Start(ctx context.Context, dir string, n int, opts Options) (*Lab, error) {
 	if err := writeFileAtomic(l.emu, emuFile, 0o644); err != nil {
 		return nil, err
 	}
+	if len(opts.Refuse) > 0 {
+		if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+			return nil, fmt.Errorf("ipmi: %w", err)
+		}
+		if err := writeFileAtomic(filepath.Join(dir, "bin", "ipmitool"), toolShim(tool, opts.Refuse), 0o755); err != nil {
+			return nil, err
+		}
+	}
 	power := "1\n"
 	if opts.PoweredOff {
 		power = "0\n"
@@ -221,6 +245,13 @@ func Start(ctx context.Context, dir string, n int, opts Options) (*Lab, error) {
 			return nil, fmt.Errorf("ipmi: %w", err)
 		}
 		b.guid = hex.EncodeToString(g)
+		if i <= len(opts.SystemGUIDs) {
+			h := strings.ToLower(strings.ReplaceAll(opts.SystemGUIDs[i-1], "-", ""))
+			if raw, err := hex.DecodeString(h); err != nil || len(raw) != 16 {
+				return nil, fmt.Errorf("ipmi: SystemGUIDs[%d] %q is not 16 bytes in hex", i-1, opts.SystemGUIDs[i-1])
+			}
+			b.guid = h
+		}
 		l.bmcs = append(l.bmcs, b)
 	}
 
@@ -265,6 +296,59 @@ func checkCredential(what, s string, max int) error {
 
 // Dir is the lab directory (absolute).
 func (l *Lab) Dir() string { return l.dir }
+
+// ToolDir is the directory of the ipmitool that applies Options.Refuse, to put
+// first in PATH; "" without refusals.
+func (l *Lab) ToolDir() string {
+	if len(l.opts.Refuse) == 0 {
+		return ""
+	}
+	return filepath.Join(l.dir, "bin")
+}
+
+// completionCodes are ipmitool's words for the completion codes Refuse uses
+// (ipmitool's completion_code_vals).
+var completionCodes = map[byte]string{
+	0xc0: "Node busy",
+	0xc1: "Invalid command",
+	0xc9: "Parameter out of range",
+	0xcc: "Invalid data field in request",
+	0xd4: "Insufficient privilege level",
+	0xd5: "Command not supported in present state",
+	0xff: "Unspecified error",
+}
+
+// toolShim is the ipmitool of ToolDir: for a refused "raw NETFN CMD" it opens a
+// session with the same options (Get Device ID, so login failures are the real
+// ones) and prints ipmitool's error for the completion code; everything else runs
+// the real ipmitool.
+func toolShim(real string, refuse []Refusal) []byte {
+	var cases strings.Builder
+	for _, r := range refuse {
+		words := completionCodes[r.Code]
+		if words == "" {
+			words = "Unknown (0x" + strconv.FormatUint(uint64(r.Code), 16) + ")"
+		}
+		fmt.Fprintf(&cases, "  %d:%d) code=0x%x words='%s' ;;\n", r.NetFn, r.Cmd, r.Code, words)
+	}
+	return fmt.Appendf(nil, `#!/bin/bash
+# ipmitool through BMCs that refuse some commands (package ipmi, Options.Refuse).
+real='%s'
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  [[ ${args[i]} == raw ]] && break
+done
+if ((i + 2 >= ${#args[@]})); then exec "$real" "$@"; fi
+netfn=$((args[i+1])); cmd=$((args[i+2]))
+case "$netfn:$cmd" in
+%s  *) exec "$real" "$@" ;;
+esac
+# The session is opened as for the real command (a wrong password fails here).
+"$real" "${args[@]:0:i}" raw 0x06 0x01 >/dev/null || exit
+printf 'Unable to send RAW command (channel=0x0 netfn=0x%%x lun=0x0 cmd=0x%%x rsp=%%s): %%s\n' "$netfn" "$cmd" "$code" "$words" >&2
+exit 1
+`, real, cases.String())
+}
 
 // BMCs returns the BMCs in start order; bmc<i> is BMCs()[i-1].
 func (l *Lab) BMCs() []*BMC { return append([]*BMC(nil), l.bmcs...) }
