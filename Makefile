@@ -15,7 +15,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The CCM image (make image): its reference and the OCI archive it is written to.
 IMAGE      ?= localhost/baremetal-ccm/baremetal-cloud-controller-manager:$(VERSION)
 IMAGE_OUT  ?= dist/baremetal-cloud-controller-manager-image.tar
-E2E_TIMEOUT ?= 40m
+E2E_TIMEOUT ?= 60m
 
 .PHONY: help
 help: ## Show this help.
