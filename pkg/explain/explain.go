@@ -243,7 +243,11 @@ func (e *Explainer) Node(ctx context.Context, name string) (string, error) {
 		}
 	}
 	if since, ok := n.Annotations[powermon.AnnotationOffSince]; ok {
-		fmt.Fprintf(&b, "  powered off since: %s (by the BMC)\n", since)
+		seen := n.Annotations[powermon.AnnotationOffSeen]
+		if seen == "" {
+			seen = "unknown"
+		}
+		fmt.Fprintf(&b, "  powered off since: %s (by the BMC), last seen off %s\n", since, seen)
 	}
 	if info, ok, err := hostinfo.FromNode(n); err != nil {
 		fmt.Fprintf(&b, "  BGP for its agent: unreadable annotation: %v\n", err)

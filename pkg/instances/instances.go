@@ -91,10 +91,20 @@ type Policy struct {
 	// monitor re-reads NotReady Nodes' hosts every bmc.notReadyInterval and at once
 	// when readiness changes). Zero: DefaultShutdownMaxAge.
 	ShutdownMaxAge time.Duration
+	// MaxUnobserved: a powered-off-since stamp counts only while the host was last seen
+	// off at most this long ago (powermon.OffSince). Zero: powermon.MaxUnobserved(0).
+	MaxUnobserved time.Duration
 	// ShutdownWait bounds how long InstanceShutdown waits for a BMC when it has no
 	// such reading, so a slow or hung BMC does not hold a node-lifecycle worker: the
 	// call goes on and the next pass finds its answer. Zero: DefaultShutdownWait.
 	ShutdownWait time.Duration
+}
+
+func (p Policy) maxUnobserved() time.Duration {
+	if p.MaxUnobserved > 0 {
+		return p.MaxUnobserved
+	}
+	return powermon.MaxUnobserved(0)
 }
 
 // Defaults of Policy.
@@ -246,7 +256,7 @@ func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *invento
 	if i.policy.DeleteAfter <= 0 || i.power == nil || host.State == inventory.StateMaintenance || uninitialized(node) {
 		return false, "", nil
 	}
-	since, ok := powermon.OffSince(node)
+	since, ok := powermon.OffSince(node, i.policy.Clock.Now(), i.policy.maxUnobserved())
 	if !ok || i.policy.Clock.Since(since) < i.policy.DeleteAfter {
 		return false, "", nil
 	}

@@ -468,7 +468,7 @@ func TestDeleteAfterPolicy(t *testing.T) {
 	node := func(since string) *v1.Node {
 		n := mkNode("x", "baremetal://power-1")
 		if since != "" {
-			n.Annotations = map[string]string{powermon.AnnotationOffSince: since}
+			n.Annotations = map[string]string{powermon.AnnotationOffSince: since, powermon.AnnotationOffSeen: clk.Now().Format(time.RFC3339)}
 		}
 		return n
 	}
@@ -513,7 +513,7 @@ func TestDeleteAfterPolicy(t *testing.T) {
 	// Defect 4: a host in maintenance, off for days by design, is never deleted for it.
 	_, inv, rec, ctx := setup(t)
 	maint := mkNode("m", "baremetal://power-m")
-	maint.Annotations = map[string]string{powermon.AnnotationOffSince: "2026-11-01T00:00:00Z"}
+	maint.Annotations = map[string]string{powermon.AnnotationOffSince: "2026-11-01T00:00:00Z", powermon.AnnotationOffSeen: clk.Now().Format(time.RFC3339)}
 	inst := New(inv, &fakePower{state: bmc.PowerOff}, rec, Policy{DeleteAfter: 30 * time.Minute, Clock: clk})
 	if exists, err := inst.InstanceExists(ctx, maint); !exists || err != nil || len(inv.budget) != 0 {
 		t.Fatalf("maintenance host: %v, %v (budget asked for %v)", exists, err, inv.budget)
@@ -546,7 +546,7 @@ func TestDeleteAfterDoesNotWaitForTheBMC(t *testing.T) {
 	svc := bmc.NewService(drv, bmc.Config{CallTimeout: time.Hour, CacheTTL: time.Second, MaxConcurrent: 4, FailureThreshold: 3, BackoffBase: time.Minute, BackoffMax: time.Minute}, clk)
 	inst := New(inv, svc, rec, Policy{DeleteAfter: 30 * time.Minute, Clock: clk, ShutdownWait: 50 * time.Millisecond})
 	node := mkNode("x", "baremetal://power-1")
-	node.Annotations = map[string]string{powermon.AnnotationOffSince: "2026-11-22T11:00:00Z"}
+	node.Annotations = map[string]string{powermon.AnnotationOffSince: "2026-11-22T11:00:00Z", powermon.AnnotationOffSeen: clk.Now().Format(time.RFC3339)}
 	type result struct {
 		exists bool
 		err    error

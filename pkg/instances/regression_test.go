@@ -118,7 +118,7 @@ hosts:
 	node := mkNode("db-1", "baremetal://db-1")
 	node.Status.NodeInfo.SystemUUID = "6e1f0a52-3c1d-4e57-9a3e-0d0c7b5e2a11"
 	node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(clk.Now().Add(-72 * time.Hour))}}
-	node.Annotations = map[string]string{powermon.AnnotationOffSince: clk.Now().Add(-72 * time.Hour).Format(time.RFC3339)}
+	node.Annotations = map[string]string{powermon.AnnotationOffSince: clk.Now().Add(-72 * time.Hour).Format(time.RFC3339), powermon.AnnotationOffSeen: clk.Now().Format(time.RFC3339)}
 	power := &fakePower{state: bmc.PowerOff, uuid: "6e1f0a52-3c1d-4e57-9a3e-0d0c7b5e2a11"}
 	rec := &fakeRecorder{}
 	inst := New(store, power, rec, Policy{DeleteAfter: time.Hour, Clock: clk})
@@ -146,11 +146,36 @@ func TestDeleteAfterAcrossReadiness(t *testing.T) {
 	_, inv, rec, ctx := setup(t)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
 	node := mkNode("x", "baremetal://power-1")
-	node.Annotations = map[string]string{powermon.AnnotationOffSince: "2026-11-22T10:00:00Z"}
+	node.Annotations = map[string]string{powermon.AnnotationOffSince: "2026-11-22T10:00:00Z", powermon.AnnotationOffSeen: clk.Now().Format(time.RFC3339)}
 	node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(clk.Now().Add(-time.Minute))}}
 	inst := New(inv, &fakePower{state: bmc.PowerOff}, rec, Policy{DeleteAfter: time.Hour, Clock: clk})
 	exists, err := inst.InstanceExists(ctx, node)
 	if err == nil && !exists {
 		t.Fatal("InstanceExists = false, nil one minute after the Node was last Ready, from an off-since stamped two hours ago")
+	}
+}
+
+// TestDeleteAfterAcrossAnUnreadPeriod: the Node stayed NotReady, the host was stamped
+// off two hours ago and last seen off an hour ago; nobody read it since (no leader, the
+// CCM down), so it may have been on meanwhile. A fresh "off" reading does not make the
+// two-hour-old stamp count for deleteAfter (30 min): the Node is not reported gone.
+func TestDeleteAfterAcrossAnUnreadPeriod(t *testing.T) {
+	_, inv, rec, ctx := setup(t)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	node := mkNode("x", "baremetal://power-1")
+	node.Annotations = map[string]string{
+		powermon.AnnotationOffSince: clk.Now().Add(-2 * time.Hour).Format(time.RFC3339),
+		powermon.AnnotationOffSeen:  clk.Now().Add(-time.Hour).Format(time.RFC3339),
+	}
+	node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(clk.Now().Add(-3 * time.Hour))}}
+	inst := New(inv, &fakePower{state: bmc.PowerOff}, rec, Policy{DeleteAfter: 30 * time.Minute, Clock: clk, MaxUnobserved: powermon.MaxUnobserved(10 * time.Second)})
+	exists, err := inst.InstanceExists(ctx, node)
+	if err == nil && !exists {
+		t.Fatal("InstanceExists = false, nil from an off-since whose host went unread for an hour")
+	}
+	// Seen off a minute ago: the same stamp counts.
+	node.Annotations[powermon.AnnotationOffSeen] = clk.Now().Add(-time.Minute).Format(time.RFC3339)
+	if exists, err := inst.InstanceExists(ctx, node); exists || err != nil {
+		t.Fatalf("continuously seen off for two hours: InstanceExists = %v, %v, want false, nil", exists, err)
 	}
 }

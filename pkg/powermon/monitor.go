@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +48,11 @@ const (
 	// other answer (on, transitioning, unreachable, unknown) removes it, so it only
 	// ever measures positively observed, continuous off time.
 	AnnotationOffSince = "baremetal-ccm.io/powered-off-since"
+	// AnnotationOffSeen holds the RFC 3339 time the host was last seen off (refreshed
+	// at most every SeenRefresh while it stays off). A powered-off-since stamp counts
+	// only while this is recent (MaxUnobserved): a host nobody read for longer may have
+	// been on meanwhile, so its count restarts.
+	AnnotationOffSeen = "baremetal-ccm.io/powered-off-seen"
 	// AnnotationOutOfService marks an out-of-service taint this CCM added (one added by
 	// a person is never removed).
 	AnnotationOutOfService = "baremetal-ccm.io/out-of-service-taint"
@@ -58,6 +65,17 @@ const (
 	ReasonPoweredOff     = "PoweredOff"
 	ReasonPoweredOn      = "PoweredOn"
 )
+
+// SeenRefresh is how often, at most, AnnotationOffSeen is rewritten while a host
+// stays off (one Node write per minute per powered-off host).
+const SeenRefresh = time.Minute
+
+// MaxUnobserved is how long a host may go unread before its off time restarts: at
+// least 5 minutes (a leader change, a restart), and three read intervals of a NotReady
+// Node (bmc.notReadyInterval).
+func MaxUnobserved(notReadyInterval time.Duration) time.Duration {
+	return max(5*time.Minute, 3*notReadyInterval)
+}
 
 // Power is what the monitor needs of bmc.Service.
 type Power interface {
@@ -307,28 +325,32 @@ func (m *Monitor) update(ctx context.Context, node *v1.Node, host *inventory.Hos
 		}
 	}
 
-	// First-seen-off annotation: set when first seen off (or when the one recorded is
-	// older than the Node's last sign of life: stale); any other answer removes it.
+	// First-seen-off and last-seen-off annotations: set when first seen off, or when
+	// the count must restart (the stamp is older than the Node's last sign of life, or
+	// the host went unread for longer than MaxUnobserved: it may have been on
+	// meanwhile); last-seen refreshed at most every SeenRefresh while off; any other
+	// answer removes both.
 	off := power.Status == v1.ConditionFalse
-	sinceStr, has := node.Annotations[AnnotationOffSince]
-	if has {
-		if t, err := time.Parse(time.RFC3339, sinceStr); err != nil || stale(node, t) {
-			has = false // restamped below if off, removed otherwise
-			if !off {
-				if err := m.annotate(ctx, node.Name, AnnotationOffSince, nil); err != nil {
-					return err
-				}
-			}
-		}
-	}
+	sinceStr, hasSince := node.Annotations[AnnotationOffSince]
+	seenStr, hasSeen := node.Annotations[AnnotationOffSeen]
+	_, why := offSince(node, now.Time, MaxUnobserved(m.cfg.NotReadyInterval))
 	switch {
-	case off && !has:
+	case off && why != "":
+		if hasSince {
+			klog.FromContext(ctx).Info("Restarting the host's powered-off count", "node", node.Name, "reason", why)
+		}
 		sinceStr = now.UTC().Format(time.RFC3339)
-		if err := m.annotate(ctx, node.Name, AnnotationOffSince, sinceStr); err != nil {
+		if err := m.annotateAll(ctx, node.Name, map[string]any{AnnotationOffSince: sinceStr, AnnotationOffSeen: sinceStr}); err != nil {
 			return err
 		}
-	case !off && has:
-		if err := m.annotate(ctx, node.Name, AnnotationOffSince, nil); err != nil {
+	case off:
+		if seen, _ := time.Parse(time.RFC3339, seenStr); now.Sub(seen) >= SeenRefresh {
+			if err := m.annotate(ctx, node.Name, AnnotationOffSeen, now.UTC().Format(time.RFC3339)); err != nil {
+				return err
+			}
+		}
+	case hasSince || hasSeen:
+		if err := m.annotateAll(ctx, node.Name, map[string]any{AnnotationOffSince: nil, AnnotationOffSeen: nil}); err != nil {
 			return err
 		}
 	}
@@ -381,9 +403,15 @@ func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *invento
 
 // annotate sets (value a string) or removes (value nil) one annotation.
 func (m *Monitor) annotate(ctx context.Context, node, key string, value any) error {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}})
+	return m.annotateAll(ctx, node, map[string]any{key: value})
+}
+
+// annotateAll sets or removes annotations in one write.
+func (m *Monitor) annotateAll(ctx context.Context, node string, values map[string]any) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": values}})
 	if _, err := m.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("patching annotation %s: %w", key, err)
+		keys := slices.Sorted(maps.Keys(values))
+		return fmt.Errorf("patching annotations %s: %w", strings.Join(keys, ", "), err)
 	}
 	return nil
 }
@@ -397,19 +425,39 @@ func hasTaint(n *v1.Node, key string) bool {
 	return false
 }
 
-// OffSince returns when the Node's host was first seen off, if it is recorded and
-// not stale (see StaleAfterReady): a stamp from before the Node's last sign of life
-// does not count, so only positively observed, continuous off time is measured.
-func OffSince(node *v1.Node) (time.Time, bool) {
+// OffSince returns when the Node's host was first seen off, if it is recorded, not
+// stale (see StaleAfterReady: a stamp from before the Node's last sign of life does
+// not count) and the host was last seen off at most maxUnobserved before now (see
+// MaxUnobserved: a host nobody read for longer may have been on meanwhile). So only
+// positively observed, continuous off time is measured.
+func OffSince(node *v1.Node, now time.Time, maxUnobserved time.Duration) (time.Time, bool) {
+	t, why := offSince(node, now, maxUnobserved)
+	return t, why == ""
+}
+
+// offSince is OffSince, with why the count does not stand ("" when it does).
+func offSince(node *v1.Node, now time.Time, maxUnobserved time.Duration) (time.Time, string) {
 	s, ok := node.Annotations[AnnotationOffSince]
 	if !ok {
-		return time.Time{}, false
+		return time.Time{}, "not seen off before"
 	}
 	t, err := time.Parse(time.RFC3339, s)
-	if err != nil || stale(node, t) {
-		return time.Time{}, false
+	if err != nil {
+		return time.Time{}, fmt.Sprintf("unreadable %s %q", AnnotationOffSince, s)
 	}
-	return t, true
+	if stale(node, t) {
+		return time.Time{}, "the stamp is older than the Node's last sign of life"
+	}
+	seen, err := time.Parse(time.RFC3339, node.Annotations[AnnotationOffSeen])
+	switch {
+	case err != nil:
+		return time.Time{}, "no readable " + AnnotationOffSeen + " (a stamp of an older version)"
+	case seen.Before(t):
+		return time.Time{}, "last seen off before first seen off"
+	case now.Sub(seen) > maxUnobserved:
+		return time.Time{}, fmt.Sprintf("not read for %s (more than %s): it may have been on meanwhile", now.Sub(seen).Round(time.Second), maxUnobserved)
+	}
+	return t, ""
 }
 
 // StaleAfterReady bounds how much older than the Node's last sign of life (its Ready

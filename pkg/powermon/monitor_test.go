@@ -211,7 +211,7 @@ func TestMonitorPowerCycle(t *testing.T) {
 	if cond(n, ConditionBMCReachable) != v1.ConditionTrue || cond(n, ConditionPoweredOn) != v1.ConditionFalse {
 		t.Fatalf("conditions = %+v", n.Status.Conditions)
 	}
-	since, ok := OffSince(n)
+	since, ok := OffSince(n, f.clock.Now(), MaxUnobserved(10*time.Second))
 	if !ok || !since.Equal(f.clock.Now().Truncate(time.Second)) {
 		t.Fatalf("%s = %v, %v", AnnotationOffSince, since, ok)
 	}
@@ -226,7 +226,7 @@ func TestMonitorPowerCycle(t *testing.T) {
 	f.clock.Step(11 * time.Second)
 	actions := len(f.client.Actions())
 	n = f.sync(t)
-	if s, _ := OffSince(n); !s.Equal(since) {
+	if s, _ := OffSince(n, f.clock.Now(), MaxUnobserved(10*time.Second)); !s.Equal(since) {
 		t.Errorf("off-since moved to %v", s)
 	}
 	if writes := len(f.client.Actions()) - actions - 1; writes != 0 { // -1: the test's own Get
@@ -241,7 +241,7 @@ func TestMonitorPowerCycle(t *testing.T) {
 	if cond(n, ConditionBMCReachable) != v1.ConditionFalse || cond(n, ConditionPoweredOn) != v1.ConditionUnknown {
 		t.Fatalf("unreachable: conditions = %+v", n.Status.Conditions)
 	}
-	if _, ok := OffSince(n); ok {
+	if _, ok := OffSince(n, f.clock.Now(), MaxUnobserved(10*time.Second)); ok {
 		t.Error("off-since kept across an unreachable BMC: continuity is not proven")
 	}
 
@@ -249,7 +249,7 @@ func TestMonitorPowerCycle(t *testing.T) {
 	f.clock.Step(11 * time.Second)
 	f.power.set(bmc.PowerOn, nil)
 	n = f.sync(t)
-	if _, ok := OffSince(n); ok || cond(n, ConditionPoweredOn) != v1.ConditionTrue || cond(n, ConditionBMCReachable) != v1.ConditionTrue {
+	if _, ok := OffSince(n, f.clock.Now(), MaxUnobserved(10*time.Second)); ok || cond(n, ConditionPoweredOn) != v1.ConditionTrue || cond(n, ConditionBMCReachable) != v1.ConditionTrue {
 		t.Fatalf("back on: annotations %v conditions %+v", n.Annotations, n.Status.Conditions)
 	}
 	want := []string{"PoweredOff", "BMCUnreachable", "BMCReachable", "PoweredOn"}

@@ -29,7 +29,7 @@ func TestOffSinceAcrossAnUnobservedGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Annotations = map[string]string{AnnotationOffSince: now.Add(-2 * time.Hour).UTC().Format(time.RFC3339)}
+	n.Annotations = map[string]string{AnnotationOffSince: now.Add(-2 * time.Hour).UTC().Format(time.RFC3339), AnnotationOffSeen: now.UTC().Format(time.RFC3339)}
 	n.Status.Conditions = []v1.NodeCondition{
 		{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))},
 		{Type: ConditionBMCReachable, Status: v1.ConditionTrue, Reason: ReasonBMCReachable, Message: "the BMC answered",
@@ -51,7 +51,71 @@ func TestOffSinceAcrossAnUnobservedGap(t *testing.T) {
 	if hasTaint(n, v1.TaintNodeOutOfService) {
 		t.Fatalf("out-of-service added one minute after the Node was last Ready, from an off-since stamped two hours ago: %v", n.Annotations)
 	}
-	if since, ok := OffSince(n); ok && since.Before(now.Add(-time.Minute)) {
+	if since, ok := OffSince(n, f.clock.Now(), MaxUnobserved(10*time.Second)); ok && since.Before(now.Add(-time.Minute)) {
 		t.Errorf("off-since %s predates the Node's last readiness change %s: the host was on meanwhile", since, now.Add(-time.Minute))
+	}
+}
+
+// TestOffCountRestartsAfterAnUnreadPeriod: the Node stayed NotReady for hours (its
+// kubelet broken), the host was stamped off two hours ago and last seen off an hour
+// ago; then nobody read it (no leader, the CCM down) while it may have been on. Its
+// next "off" restarts the count: no out-of-service taint from the two-hour-old stamp,
+// and OffSince does not count it even before the monitor restamps it.
+func TestOffCountRestartsAfterAnUnreadPeriod(t *testing.T) {
+	f := newFixture(t, false)
+	f.m.cfg.OutOfServiceAfter = 5 * time.Minute
+	now := f.clock.Now()
+	n, err := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations = map[string]string{
+		AnnotationOffSince: now.Add(-2 * time.Hour).UTC().Format(time.RFC3339),
+		AnnotationOffSeen:  now.Add(-time.Hour).UTC().Format(time.RFC3339),
+	}
+	n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Hour))}}
+	if n, err = f.client.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.idx.Update(n)
+	if _, ok := OffSince(n, now, MaxUnobserved(10*time.Second)); ok {
+		t.Fatal("OffSince counts a stamp whose host went unread for an hour")
+	}
+
+	f.power.set(bmc.PowerOff, nil)
+	f.sync(t)
+	n = f.sync(t)
+	if hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatalf("out-of-service added from a stamp across an hour nobody read the host: %v", n.Annotations)
+	}
+	since, ok := OffSince(n, f.clock.Now(), MaxUnobserved(10*time.Second))
+	if !ok || since.Before(now.Add(-time.Second)) {
+		t.Fatalf("off-since %v (%v) after the unread hour, want restarted at %v", since, ok, now)
+	}
+
+	// Read every 10 s from now on: last-seen is rewritten once a minute, not at
+	// every read, and the count stands; after 5 minutes the taint goes on.
+	writes := 0
+	for range 31 {
+		f.clock.Step(10 * time.Second)
+		before := len(f.client.Actions())
+		n = f.sync(t)
+		for _, a := range f.client.Actions()[before:] {
+			if a.GetVerb() == "patch" {
+				writes++
+			}
+		}
+	}
+	if _, ok := OffSince(n, f.clock.Now(), MaxUnobserved(10*time.Second)); !ok {
+		t.Errorf("the count did not stand over 5 minutes of reads: %v", n.Annotations)
+	}
+	if !hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Errorf("no out-of-service taint after 5 minutes seen off: %v", n.Annotations)
+	}
+	if writes > 5+3 { // 5 last-seen refreshes, then the taint's annotation, taint and event-free patches
+		t.Errorf("%d patches over 5 minutes of reads, want about one a minute", writes)
 	}
 }

@@ -155,7 +155,8 @@ func New(cfg *config.CloudConfig) (*Cloud, error) {
 		FailureThreshold: int(b.FailureThreshold), BackoffBase: b.BackoffInitial.Duration, BackoffMax: b.BackoffMax.Duration,
 	}, nil)
 	policy := instances.Policy{DeleteAfter: durationOf(cfg.Instances.DeleteAfter), DefaultCA: cfg.BMC.CAFile,
-		ShutdownMaxAge: 2 * b.NotReadyInterval.Duration} // the monitor re-reads NotReady Nodes every notReadyInterval
+		ShutdownMaxAge: 2 * b.NotReadyInterval.Duration, // the monitor re-reads NotReady Nodes every notReadyInterval
+		MaxUnobserved:  powermon.MaxUnobserved(b.NotReadyInterval.Duration)}
 	var balancer *lb.LoadBalancer
 	if cfg.LoadBalancer != nil {
 		if balancer, err = lb.New(cfg.LoadBalancer, rec); err != nil {

@@ -124,8 +124,8 @@ func TestShutdownTaint(t *testing.T) {
 	l.waitCondition("pw-0", powermon.ConditionPoweredOn, v1.ConditionFalse)
 	l.waitCondition("pw-0", powermon.ConditionBMCReachable, v1.ConditionTrue)
 	l.waitEvent("default", "Node", "pw-0", powermon.ReasonPoweredOff)
-	if n, err := l.node("pw-0"); err != nil || n.Annotations[powermon.AnnotationOffSince] == "" {
-		t.Errorf("pw-0 lacks %s: %v", powermon.AnnotationOffSince, err)
+	if n, err := l.node("pw-0"); err != nil || n.Annotations[powermon.AnnotationOffSince] == "" || n.Annotations[powermon.AnnotationOffSeen] == "" {
+		t.Errorf("pw-0 lacks %s or %s: %v", powermon.AnnotationOffSince, powermon.AnnotationOffSeen, err)
 	}
 	for i, why := range map[int]string{1: "hung", 2: "credentials refused", 3: "unreachable"} {
 		name := names[i]
@@ -161,7 +161,7 @@ func TestShutdownTaint(t *testing.T) {
 	l.waitCondition("pw-0", powermon.ConditionPoweredOn, v1.ConditionTrue)
 	if err := framework.WaitFor(l.ctx, 30*time.Second, "powered-off-since removed", func(context.Context) (bool, error) {
 		n, err := l.node("pw-0")
-		return err == nil && n.Annotations[powermon.AnnotationOffSince] == "", err
+		return err == nil && n.Annotations[powermon.AnnotationOffSince] == "" && n.Annotations[powermon.AnnotationOffSeen] == "", err
 	}); err != nil {
 		t.Error(err)
 	}
