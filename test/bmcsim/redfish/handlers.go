@@ -513,10 +513,21 @@ func (b *BMC) sessionServiceDoc() map[string]any {
 		"Id":             "SessionService",
 		"Name":           "Session Service",
 		"ServiceEnabled": true,
-		"SessionTimeout": int(b.opts.SessionTimeout / time.Second),
+		"SessionTimeout": advertisedSessionTimeout(b.opts.SessionTimeout),
 		"Sessions":       link(sessionsPath),
 		"Status":         map[string]any{"State": "Enabled", "Health": "OK"},
 	}
+}
+
+// advertisedSessionTimeout is SessionService.SessionTimeout in seconds: the schema
+// allows 30 to 86400. A BMC whose sessions never expire here (d zero) advertises the
+// largest value; a timeout outside the range (a test's short one) is advertised
+// clamped into it, while sessions still expire after d.
+func advertisedSessionTimeout(d time.Duration) int {
+	if d <= 0 {
+		return 86400
+	}
+	return min(max(int(d/time.Second), 30), 86400)
 }
 
 // ---- power ----

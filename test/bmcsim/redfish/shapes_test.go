@@ -536,3 +536,13 @@ func TestRequestLogCoversShapes(t *testing.T) {
 		t.Fatalf("RequestCount %d", n)
 	}
 }
+
+// TestSessionTimeoutInSchemaRange: DMTF's Redfish Service Validator found
+// SessionService.SessionTimeout 0 (the schema's range is 30 to 86400 seconds).
+func TestSessionTimeoutInSchemaRange(t *testing.T) {
+	for d, want := range map[time.Duration]int{0: 86400, time.Second: 30, 30 * time.Minute: 1800, 48 * time.Hour: 86400} {
+		if got := advertisedSessionTimeout(d); got != want {
+			t.Errorf("SessionTimeout %v advertised as %d, want %d", d, got, want)
+		}
+	}
+}
