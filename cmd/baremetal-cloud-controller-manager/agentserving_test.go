@@ -82,3 +82,16 @@ func TestListenAgentErrors(t *testing.T) {
 		t.Errorf("a taken port: %v, want the cause and what to do", err)
 	}
 }
+
+// TestCtlName: the binary is baremetal-ccmctl under that name (the image's link) or
+// the kubectl plugin's, and the CCM otherwise.
+func TestCtlName(t *testing.T) {
+	for argv0, want := range map[string]bool{
+		"/usr/bin/baremetal-ccmctl": true, "baremetal-ccmctl": true, "/usr/local/bin/kubectl-baremetal": true,
+		"/usr/bin/baremetal-cloud-controller-manager": false, "baremetal-ccmctl.old": false, "": false,
+	} {
+		if got := ctlName(argv0); got != want {
+			t.Errorf("ctlName(%q) = %v, want %v", argv0, got, want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"  // build info metric
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/internal/ctl"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/gctune"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/sdnotify"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/trim"
@@ -38,6 +40,11 @@ import (
 const program = "baremetal-cloud-controller-manager"
 
 func main() {
+	// Run as baremetal-ccmctl (the image links that name to this file, so operators of
+	// a static pod have the tool where the CCM runs without a second binary).
+	if ctlName(os.Args[0]) {
+		os.Exit(ctl.Run(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	gctune.Apply() // GOGC=50 unless the environment says otherwise (see internal/gctune)
 	if wantsVersion(os.Args[1:]) {
 		fmt.Println(version.String(program))
@@ -169,6 +176,16 @@ func checkRouteFlags(c *config.CompletedConfig, cfg *bmconfig.CloudConfig) error
 		return fmt.Errorf("the CloudConfig has a routes section and --configure-cloud-routes is on (the default), but --cluster-cidr is not set: set --cluster-cidr to the cluster's pod network (for example --cluster-cidr=10.244.0.0/16,fd00:10:244::/56), or --configure-cloud-routes=false to only mirror routes")
 	}
 	return nil
+}
+
+// ctlName reports whether the program runs under baremetal-ccmctl's name (or as the
+// kubectl plugin kubectl-baremetal).
+func ctlName(argv0 string) bool {
+	switch filepath.Base(argv0) {
+	case "baremetal-ccmctl", "kubectl-baremetal":
+		return true
+	}
+	return false
 }
 
 // wantsVersion reports whether the arguments ask for --version (the upstream flag

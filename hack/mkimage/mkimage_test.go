@@ -150,7 +150,7 @@ unknownField: 1
 	for _, want := range []string{
 		"config.entrypoint: required", `"relative/*": must be absolute`, `"/x[!]": not a glob`,
 		"layers[0].name: required", "libc6 is listed twice", "caBundle", "clean absolute path",
-		"exactly one of src, content and dir", `"999" is not an octal mode`, "layers[1]: no packages and no files",
+		"exactly one of src, content, dir and symlink", `"999" is not an octal mode`, "layers[1]: no packages and no files",
 		"ignoreDepends: libc6 is in the image", `unknown field "unknownField"`,
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -592,5 +592,18 @@ func mustJSON(t *testing.T, data []byte, v any) {
 	t.Helper()
 	if err := json.Unmarshal(data, v); err != nil {
 		t.Fatalf("%v: %s", err, data)
+	}
+}
+
+// TestSpecSymlink: a spec file may be a symbolic link (baremetal-ccmctl in the image
+// is the CCM binary under another name).
+func TestSpecSymlink(t *testing.T) {
+	l := newLayerTree("t")
+	if err := l.addFile(File{Path: "/usr/bin/baremetal-ccmctl", Symlink: "baremetal-cloud-controller-manager"}); err != nil {
+		t.Fatal(err)
+	}
+	e := l.entries["/usr/bin/baremetal-ccmctl"]
+	if e == nil || e.typeflag != tar.TypeSymlink || e.link != "baremetal-cloud-controller-manager" || e.mode != 0o777 {
+		t.Fatalf("entry %+v, want a symlink to baremetal-cloud-controller-manager, mode 0777", e)
 	}
 }

@@ -68,10 +68,12 @@ type File struct {
 	// Path in the image (absolute).
 	Path string `json:"path"`
 	// Exactly one of Src (a file on the build host; a relative path is relative to
-	// mkimage's --src-dir), Content (the file's text) and Dir (a directory).
+	// mkimage's --src-dir), Content (the file's text), Dir (a directory) and Symlink
+	// (a symbolic link to this target, relative to the link's directory or absolute).
 	Src     string `json:"src,omitempty"`
 	Content string `json:"content,omitempty"`
 	Dir     bool   `json:"dir,omitempty"`
+	Symlink string `json:"symlink,omitempty"`
 	// Mode in octal ("0755", "1777"). Default 0644 for files, 0755 for directories.
 	Mode string `json:"mode,omitempty"`
 	UID  int    `json:"uid,omitempty"`
@@ -134,13 +136,13 @@ func (s *Spec) validate() []error {
 				errs = append(errs, fmt.Errorf("%s.path %q: must be a clean absolute path below /", at, f.Path))
 			}
 			n := 0
-			for _, set := range []bool{f.Src != "", f.Content != "", f.Dir} {
+			for _, set := range []bool{f.Src != "", f.Content != "", f.Dir, f.Symlink != ""} {
 				if set {
 					n++
 				}
 			}
 			if n != 1 {
-				errs = append(errs, fmt.Errorf("%s: exactly one of src, content and dir", at))
+				errs = append(errs, fmt.Errorf("%s: exactly one of src, content, dir and symlink", at))
 			}
 			if _, err := f.mode(); err != nil {
 				errs = append(errs, fmt.Errorf("%s.mode: %w", at, err))
@@ -180,6 +182,9 @@ func (f File) mode() (int64, error) {
 	if f.Mode == "" {
 		if f.Dir {
 			return 0o755, nil
+		}
+		if f.Symlink != "" {
+			return 0o777, nil
 		}
 		return 0o644, nil
 	}

@@ -137,6 +137,8 @@ func (t *layerTree) addFile(f File) error {
 	switch {
 	case f.Dir:
 		e.typeflag = tar.TypeDir
+	case f.Symlink != "":
+		e.typeflag, e.link = tar.TypeSymlink, f.Symlink
 	case f.Src != "":
 		st, err := os.Stat(f.Src)
 		if err != nil {

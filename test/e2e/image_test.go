@@ -29,7 +29,7 @@ import (
 //     binary inside prints;
 //   - it runs read-only, with every capability dropped but NET_ADMIN and
 //     NET_BIND_SERVICE and no new privileges, as in the static pod: the binary starts
-//     and the image's ipmitool (with its libraries) runs.
+//     and the image's ipmitool (with its libraries) runs, and so does baremetal-ccmctl.
 //
 // Storage is a temporary directory of this test's (vfs driver), so the host's podman
 // storage is never touched; the containers have no network.
@@ -122,5 +122,14 @@ func TestImagePodman(t *testing.T) {
 	if !strings.HasPrefix(ipmitool, "ipmitool version ") {
 		t.Errorf("ipmitool -V in the image: %q", ipmitool)
 	}
-	t.Logf("in the image: %s; %s", version, ipmitool)
+	// The operators' tool is in the image: the CCM binary under baremetal-ccmctl's name.
+	ctlVersion := mustPodman(append(run, "--entrypoint", "baremetal-ccmctl", img.Ref, "version")...)
+	if !strings.HasPrefix(ctlVersion, "baremetal-ccmctl "+labels["org.opencontainers.image.version"]+" ") {
+		t.Errorf("baremetal-ccmctl version in the image: %q", ctlVersion)
+	}
+	rbac := mustPodman(append(run, "--entrypoint", "baremetal-ccmctl", img.Ref, "manifests", "rbac")...)
+	if !strings.Contains(rbac, "kind: ClusterRole") {
+		t.Errorf("baremetal-ccmctl manifests rbac in the image printed:\n%s", rbac)
+	}
+	t.Logf("in the image: %s; %s; %s", version, ipmitool, ctlVersion)
 }

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 
 func TestManifests(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"manifests", "static-pod", "--image", "reg.example/ccm:v1", "--secure-port", "10300", "--", "--v=2"}, &out, &errb); code != 0 {
+	if code := Run([]string{"manifests", "static-pod", "--image", "reg.example/ccm:v1", "--secure-port", "10300", "--", "--v=2"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	for _, want := range []string{"image: reg.example/ccm:v1", "--secure-port=10300", "port: 10300", "- --v=2"} {
@@ -24,7 +24,7 @@ func TestManifests(t *testing.T) {
 	// Defaults print exactly the packaged manifests (minus their header comment).
 	for args, file := range map[string]string{"static-pod": "static-pod.yaml", "deployment": "deployment.yaml", "rbac": "rbac.yaml", "agent-rbac": "rbac-agent.yaml", "agent-daemonset": "agent-daemonset.yaml"} {
 		out.Reset()
-		if code := run([]string{"manifests", args}, &out, &errb); code != 0 {
+		if code := Run([]string{"manifests", args}, &out, &errb); code != 0 {
 			t.Fatalf("%s: exit %d", args, code)
 		}
 		packaged, err := os.ReadFile("../../packaging/kubernetes/" + file)
@@ -35,11 +35,11 @@ func TestManifests(t *testing.T) {
 			t.Errorf("baremetal-ccmctl manifests %s differs from packaging/kubernetes/%s", args, file)
 		}
 	}
-	if code := run([]string{"manifests", "static-pod", "--config-dir", "relative"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "absolute") {
+	if code := Run([]string{"manifests", "static-pod", "--config-dir", "relative"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "absolute") {
 		t.Errorf("relative config dir: exit %d, %q", code, errb.String())
 	}
 	out.Reset()
-	if code := run([]string{"manifests", "deployment", "--image", "reg.example/ccm:v2", "--replicas", "3", "--api-server", "127.0.0.1:6443", "--config-map", "ccm-conf", "--", "--v=3"}, &out, &errb); code != 0 {
+	if code := Run([]string{"manifests", "deployment", "--image", "reg.example/ccm:v2", "--replicas", "3", "--api-server", "127.0.0.1:6443", "--config-map", "ccm-conf", "--", "--v=3"}, &out, &errb); code != 0 {
 		t.Fatalf("deployment: exit %d: %s", code, errb.String())
 	}
 	for _, want := range []string{"image: reg.example/ccm:v2", "replicas: 3", "value: 127.0.0.1", "value: \"6443\"", "name: ccm-conf", "- --v=3"} {
@@ -49,11 +49,11 @@ func TestManifests(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"--replicas", "0"}, {"--api-server", "localhost"}, {"--config-dir", "rel"}} {
 		errb.Reset()
-		if code := run(append([]string{"manifests", "deployment"}, bad...), &out, &errb); code != 2 || errb.Len() == 0 {
+		if code := Run(append([]string{"manifests", "deployment"}, bad...), &out, &errb); code != 2 || errb.Len() == 0 {
 			t.Errorf("deployment %v: exit %d, stderr %q", bad, code, errb.String())
 		}
 	}
-	if code := run([]string{"bogus"}, &out, &errb); code != 2 {
+	if code := Run([]string{"bogus"}, &out, &errb); code != 2 {
 		t.Errorf("unknown command: exit %d", code)
 	}
 }
@@ -69,7 +69,7 @@ func TestBMCCheck(t *testing.T) {
 	_ = os.WriteFile(inv, fmt.Appendf(nil, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: h1\n  bmc: {protocol: redfish, address: \"https://127.0.0.1\", port: %s, credentialsFile: %s, caFile: %s}\n- name: nobmc\n", b.Port(), creds, ca), 0o600)
 
 	var out, errb bytes.Buffer
-	if code := run([]string{"bmc", "check", "--inventory", inv, "h1"}, &out, &errb); code != 0 {
+	if code := Run([]string{"bmc", "check", "--inventory", inv, "h1"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s %s", code, out.String(), errb.String())
 	}
 	for _, want := range []string{"protocol:    redfish", "tls:         verified with " + ca, "reachable:   yes", "power:       on", "latency:"} {
@@ -79,20 +79,20 @@ func TestBMCCheck(t *testing.T) {
 	}
 	b.SetHang(true)
 	out.Reset()
-	if code := run([]string{"bmc", "check", "--inventory", inv, "--timeout", "300ms", "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), "reachable:   no (unreachable)") ||
+	if code := Run([]string{"bmc", "check", "--inventory", inv, "--timeout", "300ms", "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), "reachable:   no (unreachable)") ||
 		!strings.Contains(out.String(), "no answer within 300ms") || !strings.Contains(out.String(), "GET /redfish/v1/") {
 		t.Errorf("hung BMC: exit %d:\n%s", code, out.String())
 	}
 	b.SetHang(false)
 	_ = os.WriteFile(creds, []byte("username: admin\npassword: wrong-ctl-secret\n"), 0o600)
 	out.Reset()
-	if code := run([]string{"bmc", "check", "--inventory", inv, "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), "credentials refused") {
+	if code := Run([]string{"bmc", "check", "--inventory", inv, "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), "credentials refused") {
 		t.Errorf("wrong password: exit %d:\n%s", code, out.String())
 	}
 	if strings.Contains(out.String(), "ctl-secret") {
 		t.Errorf("output leaks a password:\n%s", out.String())
 	}
-	if code := run([]string{"bmc", "check", "--inventory", inv, "nobmc"}, &out, &errb); code != 2 {
+	if code := Run([]string{"bmc", "check", "--inventory", inv, "nobmc"}, &out, &errb); code != 2 {
 		t.Errorf("host without BMC: exit %d", code)
 	}
 }
@@ -125,7 +125,7 @@ func TestBMCCheckClasses(t *testing.T) {
 			var out, errb bytes.Buffer
 			for range 2 { // no session left behind by either run
 				out.Reset()
-				if code := run([]string{"bmc", "check", "--inventory", inv, "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), tc.want) || strings.Contains(out.String(), "credentials refused") {
+				if code := Run([]string{"bmc", "check", "--inventory", inv, "h1"}, &out, &errb); code != 1 || !strings.Contains(out.String(), tc.want) || strings.Contains(out.String(), "credentials refused") {
 					t.Fatalf("exit %d, want 1 and %q:\n%s", code, tc.want, out.String())
 				}
 			}

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"bytes"
@@ -111,7 +111,7 @@ func TestAgentKubeconfig(t *testing.T) {
 			out := filepath.Join(dir, name+".kubeconfig")
 			_ = os.WriteFile(out, []byte("old"), 0o644) // a wider mode is tightened
 			var stdout, stderr bytes.Buffer
-			if code := run([]string{"agent", "kubeconfig", "--node", "worker-1.rack2", "--ca-cert", caCert, "--ca-key", caKey,
+			if code := Run([]string{"agent", "kubeconfig", "--node", "worker-1.rack2", "--ca-cert", caCert, "--ca-key", caKey,
 				"--server", srv.URL, "--ca-bundle", bundle, "--tls-server-name", "example.com", "--validity", "48h", "--out", out}, &stdout, &stderr); code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr.String())
 			}
@@ -175,7 +175,7 @@ func TestAgentKubeconfig(t *testing.T) {
 	// Defaults: standard output, --ca-cert as the bundle, a year.
 	caCert, caKey := testCA(t, dir, "default", ecKey, sec1, true, year)
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"agent", "kubeconfig", "--node", "w1", "--ca-cert", caCert, "--ca-key", caKey, "--server", "https://10.0.0.1:6443"}, &stdout, &stderr); code != 0 {
+	if code := Run([]string{"agent", "kubeconfig", "--node", "w1", "--ca-cert", caCert, "--ca-key", caKey, "--server", "https://10.0.0.1:6443"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	kc, err := clientcmd.Load(stdout.Bytes())
@@ -247,7 +247,7 @@ func TestAgentKubeconfigErrors(t *testing.T) {
 		}
 		args = append(args, c.extra...)
 		var stdout, stderr bytes.Buffer
-		if code := run(args, &stdout, &stderr); code != 2 {
+		if code := Run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("%s: exit %d, want 2", c.name, code)
 		}
 		for _, want := range c.stderr {
