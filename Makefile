@@ -86,7 +86,7 @@ bench: deps ## Run the benchmarks: inventory, IPAM, BGP, routes (root), 1000 Nod
 
 .PHONY: demo
 demo: ## A local kube-apiserver, a Redfish BMC emulator and a BIRD router: Nodes initialized, a host powered off, LoadBalancer IPs and pod-CIDR routes in the router. Prints its time (deps, build and demo).
-	@started=$$(date +%s); $(MAKE) --no-print-directory deps build && DEMO_STARTED=$$started hack/demo.sh
+	@started=$$(date +%s); hack/deps.sh --demo && $(MAKE) --no-print-directory build && DEMO_STARTED=$$started hack/demo.sh
 
 .PHONY: clean
 clean: ## Remove build output.

@@ -26,7 +26,9 @@ OUT=$(realpath -m "${1:-$CACHE/kube/v$V}")
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.3.7}
 CONTAINERD_OUT=$CACHE/containerd/$CONTAINERD_VERSION
 v=0.${V#1.}
-bins=(kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet)
+# KUBE_BINS="kube-apiserver kubectl" builds only those (the demo's); containerd is built
+# only with the kubelet.
+read -r -a bins <<<"${KUBE_BINS:-kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet}"
 
 # A directory is complete when .version names the version and every binary is there.
 missing=()
@@ -72,8 +74,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "v$V" >"$OUT/.version"
 fi
 
-if [ "$(cat "$CONTAINERD_OUT/.version" 2>/dev/null)" != "$CONTAINERD_VERSION" ] || [ ! -x "$CONTAINERD_OUT/bin/containerd" ] ||
-  [ ! -x "$CONTAINERD_OUT/bin/containerd-shim-runc-v2" ] || [ ! -x "$CONTAINERD_OUT/bin/ctr" ]; then
+if [[ " ${bins[*]} " == *" kubelet "* ]] && { [ "$(cat "$CONTAINERD_OUT/.version" 2>/dev/null)" != "$CONTAINERD_VERSION" ] || [ ! -x "$CONTAINERD_OUT/bin/containerd" ] ||
+  [ ! -x "$CONTAINERD_OUT/bin/containerd-shim-runc-v2" ] || [ ! -x "$CONTAINERD_OUT/bin/ctr" ]; }; then
   echo "building containerd $CONTAINERD_VERSION into $CONTAINERD_OUT (first time ~3 min)" >&2
   start=$SECONDS
   mkdir -p "$S/containerd" "$CONTAINERD_OUT/bin"

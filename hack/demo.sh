@@ -24,7 +24,7 @@
 set -euo pipefail
 started=${DEMO_STARTED:-$(date +%s)} # make demo passes when it started (deps and build count)
 root=$(cd "$(dirname "$0")/.." && pwd)
-KUBE_BIN=${KUBE_BIN:-$("$root/hack/build-kube.sh")}
+KUBE_BIN=${KUBE_BIN:-$(KUBE_BINS="kube-apiserver kubectl" "$root/hack/build-kube.sh")}
 export KUBE_BIN
 CCM=${CCM:-$root/bin/baremetal-cloud-controller-manager}
 [ -x "$CCM" ] || { echo "demo: $CCM not built; run: make build" >&2; exit 1; }

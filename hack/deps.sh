@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# deps.sh [--packages-only]: installs what the tests and the demo need on a fresh Debian machine.
+# deps.sh [--packages-only | --demo]: installs what the tests and the demo need on a fresh
+# Debian machine (--demo: only what `make demo` needs: etcd, curl, openssl, iproute2 and
+# bird2 from Debian, kube-apiserver and kubectl built; a first run takes minutes, not the
+# half hour of everything).
 #   - Debian packages: etcd-server and etcd-client (for the real kube-apiserver), curl,
 #     openssl, iproute2, systemd (systemd-analyze checks the unit), openipmi (ipmi_sim)
 #     and ipmitool (IPMI BMCs for the BMC tests; ipmitool is also a runtime dependency),
@@ -18,21 +21,25 @@
 # Installing packages needs root; as another user it says what to install and fails.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+demo=false
+[ "${1:-}" = --demo ] && demo=true
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
-command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
-command -v ipmi_sim >/dev/null 2>&1 || need+=(openipmi)
-command -v ipmitool >/dev/null 2>&1 || need+=(ipmitool)
 command -v bird >/dev/null 2>&1 || need+=(bird2)
-[ -x /usr/sbin/runc ] || need+=(runc)
-[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
-{ [ -x /usr/lib/frr/bgpd ] && [ -x /usr/lib/frr/bfdd ] && command -v vtysh >/dev/null 2>&1; } || need+=(frr)
-command -v promtool >/dev/null 2>&1 || need+=(prometheus)
-command -v podman >/dev/null 2>&1 || need+=(podman)
+if ! $demo; then
+  command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+  command -v ipmi_sim >/dev/null 2>&1 || need+=(openipmi)
+  command -v ipmitool >/dev/null 2>&1 || need+=(ipmitool)
+  [ -x /usr/sbin/runc ] || need+=(runc)
+  [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+  { [ -x /usr/lib/frr/bgpd ] && [ -x /usr/lib/frr/bfdd ] && command -v vtysh >/dev/null 2>&1; } || need+=(frr)
+  command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+  command -v podman >/dev/null 2>&1 || need+=(podman)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]}; run as root: apt-get update && apt-get install -y --no-install-recommends ${need[*]}" >&2
@@ -69,5 +76,9 @@ if [ ${#need[@]} -gt 0 ]; then
   done
 fi
 [ "${1:-}" = --packages-only ] && exit 0
+if $demo; then
+  KUBE_BINS="kube-apiserver kubectl" "$here/build-kube.sh" >/dev/null
+  exit 0
+fi
 "$here/build-kube.sh" >/dev/null
 "$here/build-metallb-speaker.sh" >/dev/null

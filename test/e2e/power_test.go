@@ -64,11 +64,9 @@ func redfishFleet(t *testing.T, name, subnet string, n int, shape func(i int, h 
 			shape(i, &fh)
 		}
 		pass := fmt.Sprintf("%s-%d-secret", name, i)
-		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: pass, SystemUUID: fh.bmcUUID})
-		if err := b.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(b.Close)
+		// StartForTest: once the CCM has stopped (its cleanup runs first), every session
+		// it opened on this BMC must have been logged out.
+		b := redfish.StartForTest(t, redfish.Options{CA: ca, Username: "admin", Password: pass, SystemUUID: fh.bmcUUID})
 		bmcs = append(bmcs, b)
 		if fh.wrongPassword {
 			pass = fmt.Sprintf("%s-%d-wrong", name, i)
@@ -203,11 +201,7 @@ func TestBMCCredentialsFromSecret(t *testing.T) {
 	var hosts string
 	var bmcs []*redfish.BMC
 	for i, pass := range []string{"sec-0-secret", "sec-1-wrong"} {
-		b := redfish.NewBMC(redfish.Options{CA: ca, Username: "admin", Password: fmt.Sprintf("sec-%d-secret", i)})
-		if err := b.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(b.Close)
+		b := redfish.StartForTest(t, redfish.Options{CA: ca, Username: "admin", Password: fmt.Sprintf("sec-%d-secret", i)})
 		bmcs = append(bmcs, b)
 		name := fmt.Sprintf("e2e-bmc-sec-%d", i)
 		if _, err := secrets.Create(l.ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name},
