@@ -27,7 +27,7 @@ build: ## Build the CCM and baremetal-ccmctl into bin/ (CGO_ENABLED=0, version s
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/baremetal-ccmctl ./cmd/baremetal-ccmctl
 
 .PHONY: deps
-deps: ## Install test dependencies (Debian packages as root; kube-apiserver built into ~/.cache/baremetal-ccm).
+deps: ## Install test dependencies (Debian packages as root; kube-apiserver and Helm built into ~/.cache/baremetal-ccm).
 	hack/deps.sh
 
 .PHONY: test
@@ -72,12 +72,14 @@ e2e-kubelet: deps image ## Run only the real-kubelet e2e tests: the image as a s
 	BAREMETAL_CCM_IMAGE='$(abspath $(IMAGE_OUT))' go test -tags e2e -count=1 -timeout 20m -run '^TestKubelet' -v ./test/e2e/
 
 .PHONY: lint
-lint: ## go vet, staticcheck and gofmt (also on the e2e build tag).
+lint: ## go vet, staticcheck and gofmt (also on the test tags); the Helm chart: helm lint, and helm template equal to the ctl's manifests (Helm 4 and 3, built from the Go module proxy).
 	go vet ./...
-	go vet -tags e2e,systemd,packaging ./test/...
+	go vet -tags e2e,systemd,packaging,helm ./test/...
 	go run $(STATICCHECK) ./...
-	go run $(STATICCHECK) -tags e2e,systemd,packaging ./test/...
+	go run $(STATICCHECK) -tags e2e,systemd,packaging,helm ./test/...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	hack/build-helm.sh >/dev/null
+	go test -tags helm -count=1 ./test/helm/
 
 .PHONY: bench
 bench: deps ## Run the benchmarks: inventory, IPAM, BGP, routes (root), 1000 Nodes, 200 BMCs, 1000 LoadBalancer Services.

@@ -18,6 +18,8 @@
 #     ~/.cache/baremetal-ccm) by hack/build-kube.sh
 #   - MetalLB's speaker, built from the Go module proxy into the same cache by
 #     hack/build-metallb-speaker.sh (the e2e test of the MetalLB announcer runs it)
+#   - Helm 4 and Helm 3, built from the Go module proxy into the same cache by
+#     hack/build-helm.sh (the chart's tests: make lint, and the e2e install)
 # Installing packages needs root; as another user it says what to install and fails.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -82,3 +84,4 @@ if $demo; then
 fi
 "$here/build-kube.sh" >/dev/null
 "$here/build-metallb-speaker.sh" >/dev/null
+"$here/build-helm.sh" >/dev/null
