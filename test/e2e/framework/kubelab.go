@@ -39,10 +39,23 @@ const (
 	debianCNIBin             = "/usr/lib/cni"
 )
 
+// KubeLabOptions change what NewKubeLabWith sets up.
+type KubeLabOptions struct {
+	// NoRBAC leaves out the packaged RBAC, for a test that installs it itself (the
+	// Helm chart holds it).
+	NoRBAC bool
+}
+
 // NewKubeLab starts the control plane and checks the binaries. It skips the test when
 // not running as root on Linux (namespaces, cgroups, mounts) and fails it, saying what
 // to run, when a binary is missing. Everything is stopped when the test ends.
 func NewKubeLab(t *testing.T) *KubeLab {
+	t.Helper()
+	return NewKubeLabWith(t, KubeLabOptions{})
+}
+
+// NewKubeLabWith is NewKubeLab with options.
+func NewKubeLabWith(t *testing.T, o KubeLabOptions) *KubeLab {
 	t.Helper()
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		t.Skip("needs root on Linux: runs kubelets and containerd in network and mount namespaces of their own, with cgroups")
@@ -98,6 +111,9 @@ func NewKubeLab(t *testing.T) *KubeLab {
 		}
 	})
 	l.CP = cp
+	if o.NoRBAC {
+		return l
+	}
 	if err := ApplyPackagingFile(ctx, cp, "rbac.yaml"); err != nil {
 		t.Fatal(err)
 	}
