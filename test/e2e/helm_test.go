@@ -173,7 +173,8 @@ func TestKubeletHelm(t *testing.T) {
 }
 
 // uninstall runs helm uninstall and checks that every object of the release is gone,
-// with the pods of the selectors (space-separated), and that no release is left.
+// with the pods of the selectors (space-separated), and that no release or record of
+// one is left.
 func uninstall(ctx context.Context, t *testing.T, lab *framework.KubeLab, h *framework.Helm, release []objectRef, selectors string) {
 	t.Helper()
 	start := time.Now()
@@ -209,8 +210,13 @@ func uninstall(ctx context.Context, t *testing.T, lab *framework.KubeLab, h *fra
 	if err != nil {
 		t.Error(err)
 	}
-	if out, err := h.Run(ctx, lab.CP, "list", "--all-namespaces", "--all", "--short"); err != nil || strings.TrimSpace(out) != "" {
+	if out, err := h.Run(ctx, lab.CP, "list", "--all-namespaces", "--short"); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("helm list after uninstall: %q, %v", out, err)
+	}
+	// Helm's record of the release (both Helms keep it in Secrets labeled owner=helm).
+	records, err := lab.CP.Client.CoreV1().Secrets(manifests.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm"})
+	if err != nil || len(records.Items) != 0 {
+		t.Errorf("Helm's release records left after uninstall: %d, %v", len(records.Items), err)
 	}
 }
 

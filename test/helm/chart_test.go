@@ -151,7 +151,7 @@ rbac:
 		},
 	},
 	{
-		name: "agent defaults, own image, no host dir, IPv6 API server, no CCM RBAC",
+		name: "agent with its own image and no host dir; IPv6 API server; no RBAC",
 		values: `deployment:
   apiServer: "[fd00::1]:6443"
 agent:
@@ -270,9 +270,16 @@ func TestChartRefuses(t *testing.T) {
 	})
 }
 
+// valuesFile writes values to a file whose path has no comma (helm splits --values
+// at commas, and t.TempDir names a directory after the test).
 func valuesFile(t *testing.T, values string) string {
 	t.Helper()
-	f, err := os.CreateTemp(t.TempDir(), "values-*.yaml")
+	dir, err := os.MkdirTemp("", "helm-values-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	f, err := os.CreateTemp(dir, "values-*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
