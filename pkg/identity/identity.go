@@ -27,7 +27,7 @@ const ReasonMismatch = "IdentityMismatch"
 // Check returns nil when no two of the Node's systemUUID, the host's systemUUID and
 // bmcUUID (the BMC's answer; "" when it reported none) contradict each other.
 func Check(node *v1.Node, host *inventory.Host, bmcUUID string) error {
-	nodeUUID := node.Status.NodeInfo.SystemUUID
+	nodeUUID := inventory.NodeSystemUUID(node) // "" when the kubelet reported its machine ID instead
 	if same, ok := inventory.SameSystemUUID(nodeUUID, host.SystemUUID); ok && !same {
 		return fmt.Errorf("%w: Node %s reports systemUUID %s but inventory host %q has systemUUID %s; fix the inventory (or the Node's providerID) so they name the same machine",
 			ErrMismatch, node.Name, nodeUUID, host.Name, host.SystemUUID)

@@ -57,3 +57,30 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestMachineIDIsNoSystemUUID: on a machine without an SMBIOS UUID the kubelet reports
+// /etc/machine-id as the systemUUID (seen in the real-kubelet e2e lab). It names an
+// installation, not the hardware: no mismatch with the inventory's or the BMC's UUID,
+// and the Node is matched by its other criteria.
+func TestMachineIDIsNoSystemUUID(t *testing.T) {
+	const machineID = "3d1219c7c4c5404aaa1f6d2a48adfda4"
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kl-cp-1"}}
+	node.Status.NodeInfo.SystemUUID, node.Status.NodeInfo.MachineID = machineID, machineID
+	host := &inventory.Host{Name: "kl-cp-1", SystemUUID: "8249eea1-e2f5-52c8-708f-54e79f68ed1f"}
+	if err := Check(node, host, "8249eea1-e2f5-52c8-708f-54e79f68ed1f"); err != nil {
+		t.Errorf("the machine ID taken for a system UUID: %v", err)
+	}
+	// A hyphen-less systemUUID that is not the machine ID is a UUID, and it contradicts.
+	node.Status.NodeInfo.MachineID = "0123456789abcdef0123456789abcdef"
+	if err := Check(node, host, ""); !errors.Is(err, ErrMismatch) {
+		t.Errorf("a contradicting hyphen-less UUID: %v, want ErrMismatch", err)
+	}
+	v, err := inventory.Parse([]byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: Inventory\nhosts:\n- name: kl-cp-1\n  systemUUID: 8249eea1-e2f5-52c8-708f-54e79f68ed1f\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status.NodeInfo.MachineID = machineID
+	if h, by, err := v.Match(node); err != nil || h.Name != "kl-cp-1" || by != "name" {
+		t.Errorf("Match = %v, %q, %v; want kl-cp-1 by name", h, by, err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"slices"
 	"strings"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // SameSystemUUID compares two system UUIDs. comparable is false when either is empty
@@ -133,4 +135,17 @@ func isPlaceholder(b [16]byte) bool { return placeholders[b] }
 func formatUUID(b [16]byte) string {
 	h := hex.EncodeToString(b[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// NodeSystemUUID is the Node's systemUUID as evidence of its machine: "" when the
+// kubelet reported none, or when it reported the machine ID in its place (on a machine
+// without an SMBIOS UUID, /sys/class/dmi/id/product_uuid missing, the kubelet reports
+// /etc/machine-id, 32 hex digits that name an installation, not the hardware: comparing
+// it with an inventory or BMC UUID would make every such Node a mismatch).
+func NodeSystemUUID(node *v1.Node) string {
+	u, mid := node.Status.NodeInfo.SystemUUID, node.Status.NodeInfo.MachineID
+	if mid != "" && strings.EqualFold(strings.ReplaceAll(u, "-", ""), strings.ReplaceAll(mid, "-", "")) {
+		return ""
+	}
+	return u
 }

@@ -109,7 +109,7 @@ func (v *View) Match(node *v1.Node) (*Host, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if same, ok := SameSystemUUID(node.Status.NodeInfo.SystemUUID, h.SystemUUID); ok && !same {
+	if same, ok := SameSystemUUID(NodeSystemUUID(node), h.SystemUUID); ok && !same {
 		return nil, "", fmt.Errorf("%w: %s matches host %q, but the Node reports systemUUID %s and the host has %s; fix the inventory (or the Node's providerID) so they name the same machine",
 			ErrUUIDMismatch, by, h.Name, node.Status.NodeInfo.SystemUUID, h.SystemUUID)
 	}
@@ -146,7 +146,7 @@ func (v *View) match(node *v1.Node) (*Host, string, error) {
 			conflict = append(conflict, fmt.Sprintf("%s matches host %q", criterion, h.Name))
 		}
 	}
-	if u := node.Status.NodeInfo.SystemUUID; u != "" {
+	if u := NodeSystemUUID(node); u != "" {
 		add(v.byUUID[strings.ToLower(u)], "systemUUID")
 	}
 	add(v.byName[strings.ToLower(node.Name)], "name")
