@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -167,24 +163,7 @@ func TestTimeoutNamesRequestAndLimit(t *testing.T) {
 // of JSON input".
 func TestOversizedAnswer(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/redfish/v1/":
-			_, _ = io.WriteString(w, `{"Systems":{"@odata.id":"/redfish/v1/Systems"}}`)
-		case "/redfish/v1/Systems":
-			_, _ = io.WriteString(w, `{"Members":[{"@odata.id":"/redfish/v1/Systems/1"}],"Oem":"`+strings.Repeat("x", maxBody)+`"}`)
-		default:
-			w.WriteHeader(http.StatusNotFound)
-		}
-	}))
-	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
-	port, _ := strconv.Atoi(u.Port())
-	tgt := Target{Host: "h1", Protocol: "redfish", Address: "http://" + u.Hostname(), Port: int32(port),
-		CredentialsFile: writeCreds(t, "admin", "pw", 0o600)}
-	s := NewSessions(nil, time.Minute)
-	defer s.Close(ctx, time.Second)
-	_, _, err := readOnce(ctx, t, s, tgt)
+	err := readSystemsAnswer(ctx, t, `{"Members":[{"@odata.id":"/redfish/v1/Systems/1"}],"Oem":"`+strings.Repeat("x", maxBody)+`"}`)
 	if !errors.Is(err, ErrUnknownState) || !strings.Contains(err.Error(), "larger than 4 MiB") || strings.Contains(err.Error(), "unexpected end") {
 		t.Fatalf("oversized answer: %v, want ErrUnknownState saying it is larger than 4 MiB", err)
 	}

@@ -3,7 +3,11 @@ package bmc
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +34,31 @@ func bladed(t *testing.T, modern bool) *redfish.BMC {
 		{ID: "Blade2", Name: "Bladed System", UUID: blade2UUID, InitialPowerState: redfish.PowerOff},
 		{ID: "Blade3", Name: "Bladed System", UUID: blade3UUID, InitialPowerState: redfish.PowerOn},
 	}})
+}
+
+// readSystemsAnswer reads power once, with Basic auth, from a plain-HTTP Redfish
+// service whose Systems collection answers systems, and returns the read's error.
+func readSystemsAnswer(ctx context.Context, t *testing.T, systems string) error {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/redfish/v1/":
+			_, _ = io.WriteString(w, `{"Systems":{"@odata.id":"/redfish/v1/Systems"}}`)
+		case "/redfish/v1/Systems":
+			_, _ = io.WriteString(w, systems)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	port, _ := strconv.Atoi(u.Port())
+	tgt := Target{Host: "h1", Protocol: "redfish", Address: "http://" + u.Hostname(), Port: int32(port),
+		CredentialsFile: writeCreds(t, "admin", "pw", 0o600)}
+	s := NewSessions(nil, time.Minute)
+	defer s.Close(ctx, time.Second)
+	_, _, err := readOnce(ctx, t, s, tgt)
+	return err
 }
 
 func readOnce(ctx context.Context, t *testing.T, s *Sessions, tgt Target) (string, string, error) {

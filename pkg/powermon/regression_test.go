@@ -25,29 +25,18 @@ func TestOffSinceAcrossAnUnobservedGap(t *testing.T) {
 	f := newFixture(t, false)
 	f.m.cfg.OutOfServiceAfter = 5 * time.Minute
 	now := f.clock.Now()
-	n, err := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Annotations = map[string]string{AnnotationOffSince: now.Add(-2 * time.Hour).UTC().Format(time.RFC3339), AnnotationOffSeen: now.UTC().Format(time.RFC3339)}
-	n.Status.Conditions = []v1.NodeCondition{
-		{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))},
-		{Type: ConditionBMCReachable, Status: v1.ConditionTrue, Reason: ReasonBMCReachable, Message: "the BMC answered",
-			LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Hour)), LastHeartbeatTime: metav1.NewTime(now.Add(-2 * time.Hour))},
-		{Type: ConditionPoweredOn, Status: v1.ConditionFalse, Reason: ReasonPoweredOff, Message: "the BMC reports the host off",
-			LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Hour)), LastHeartbeatTime: metav1.NewTime(now.Add(-2 * time.Hour))},
-	}
-	if n, err = f.client.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if n, err = f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	_ = f.idx.Update(n)
+	f.putNode(t, map[string]string{AnnotationOffSince: now.Add(-2 * time.Hour).UTC().Format(time.RFC3339), AnnotationOffSeen: now.UTC().Format(time.RFC3339)},
+		[]v1.NodeCondition{
+			{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))},
+			{Type: ConditionBMCReachable, Status: v1.ConditionTrue, Reason: ReasonBMCReachable, Message: "the BMC answered",
+				LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Hour)), LastHeartbeatTime: metav1.NewTime(now.Add(-2 * time.Hour))},
+			{Type: ConditionPoweredOn, Status: v1.ConditionFalse, Reason: ReasonPoweredOff, Message: "the BMC reports the host off",
+				LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Hour)), LastHeartbeatTime: metav1.NewTime(now.Add(-2 * time.Hour))},
+		})
 
 	f.power.set(bmc.PowerOff, nil)
 	f.sync(t)
-	n = f.sync(t) // the taint lands in the pass after the annotation is seen
+	n := f.sync(t) // the taint lands in the pass after the annotation is seen
 	if hasTaint(n, v1.TaintNodeOutOfService) {
 		t.Fatalf("out-of-service added one minute after the Node was last Ready, from an off-since stamped two hours ago: %v", n.Annotations)
 	}
@@ -65,22 +54,10 @@ func TestOffCountRestartsAfterAnUnreadPeriod(t *testing.T) {
 	f := newFixture(t, false)
 	f.m.cfg.OutOfServiceAfter = 5 * time.Minute
 	now := f.clock.Now()
-	n, err := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Annotations = map[string]string{
+	n := f.putNode(t, map[string]string{
 		AnnotationOffSince: now.Add(-2 * time.Hour).UTC().Format(time.RFC3339),
 		AnnotationOffSeen:  now.Add(-time.Hour).UTC().Format(time.RFC3339),
-	}
-	n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Hour))}}
-	if n, err = f.client.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if n, err = f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	_ = f.idx.Update(n)
+	}, []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Hour))}})
 	if _, ok := OffSince(n, now, MaxUnobserved(10*time.Second)); ok {
 		t.Fatal("OffSince counts a stamp whose host went unread for an hour")
 	}
@@ -118,4 +95,23 @@ func TestOffCountRestartsAfterAnUnreadPeriod(t *testing.T) {
 	if writes > 5+3 { // 5 last-seen refreshes, then the taint's annotation, taint and event-free patches
 		t.Errorf("%d patches over 5 minutes of reads, want about one a minute", writes)
 	}
+}
+
+// putNode gives the fixture's Node n1 these annotations and conditions, in the API and
+// the lister.
+func (f *fixture) putNode(t *testing.T, annotations map[string]string, conditions []v1.NodeCondition) *v1.Node {
+	t.Helper()
+	n, err := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations, n.Status.Conditions = annotations, conditions
+	if n, err = f.client.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.idx.Update(n)
+	return n
 }
