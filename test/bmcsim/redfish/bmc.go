@@ -460,6 +460,11 @@ func (b *BMC) Close() {
 		return
 	}
 	b.closed = true
+	// A BMC that goes away takes its session table with it (as one that loses power
+	// does): its open sessions count as dropped, not leaked.
+	b.dropped += len(b.sessions)
+	b.sessions = map[string]*session{}
+	b.byToken = map[string]*session{}
 	srv, serveDone := b.srv, b.serveDone
 	b.mu.Unlock()
 	if srv != nil {
