@@ -625,6 +625,12 @@ bgp:
 	for _, line := range strings.Split(l.ccm.Log(), "\n") {
 		if strings.Contains(line, "the object has been modified") {
 			t.Logf("KNOWN PROBLEM: a write of the CCM conflicted (retried at once): %s", line)
+			// Who wrote the Service: its managers, what they own, and when.
+			if s, err := l.cp.Client.CoreV1().Services(ns).Get(l.ctx, "web", metav1.GetOptions{}); err == nil {
+				for _, mf := range s.ManagedFields {
+					t.Logf("  managed by %s: %s %s at %v: %s", mf.Manager, mf.Operation, mf.Subresource, mf.Time, mf.FieldsV1)
+				}
+			}
 		}
 	}
 	admin, err := dynamic.NewForConfig(l.cp.RESTConfig)
