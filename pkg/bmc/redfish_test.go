@@ -51,14 +51,21 @@ func readSystemsAnswer(ctx context.Context, t *testing.T, systems string) error 
 		}
 	}))
 	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
-	port, _ := strconv.Atoi(u.Port())
-	tgt := Target{Host: "h1", Protocol: "redfish", Address: "http://" + u.Hostname(), Port: int32(port),
-		CredentialsFile: writeCreds(t, "admin", "pw", 0o600)}
+	tgt := plainTarget(t, srv.URL, "pw")
 	s := NewSessions(nil, time.Minute)
 	defer s.Close(ctx, time.Second)
 	_, _, err := readOnce(ctx, t, s, tgt)
 	return err
+}
+
+// plainTarget is host h1 on the plain-HTTP Redfish service at rawURL (an
+// httptest.Server), as user admin with password.
+func plainTarget(t *testing.T, rawURL, password string) Target {
+	t.Helper()
+	u, _ := url.Parse(rawURL)
+	port, _ := strconv.Atoi(u.Port())
+	return Target{Host: "h1", Protocol: "redfish", Address: "http://" + u.Hostname(), Port: int32(port),
+		CredentialsFile: writeCreds(t, "admin", password, 0o600)}
 }
 
 func readOnce(ctx context.Context, t *testing.T, s *Sessions, tgt Target) (string, string, error) {

@@ -73,10 +73,7 @@ func TestReviewSlowRefusalNotCounted(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
-	port, _ := strconv.Atoi(u.Port())
-	tgt := Target{Host: "h1", Protocol: "redfish", Address: "http://" + u.Hostname(), Port: int32(port),
-		CredentialsFile: writeCreds(t, "admin", "wrong", 0o600)}
+	tgt := plainTarget(t, srv.URL, "wrong")
 	s := NewSessions(nil, time.Minute)
 	defer s.Close(ctx, time.Second)
 	for range 5 {

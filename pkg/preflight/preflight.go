@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -83,20 +84,11 @@ func (r Result) String() string {
 	var whats, fixes []string
 	for _, p := range r.Problems {
 		whats = append(whats, p.What)
-		if !contains(fixes, p.Fix) {
+		if !slices.Contains(fixes, p.Fix) {
 			fixes = append(fixes, p.Fix)
 		}
 	}
 	return strings.Join(whats, "; ") + "; fix: " + strings.Join(fixes, "; then ")
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // Checker checks Namespace and Permissions through Client, as the replica itself.
