@@ -131,6 +131,8 @@ type Controller struct {
 	clock    func() time.Time
 	// pending are the Services that want an address and have none, since when.
 	pending *pendingSet
+	// own are the versions of Services that this controller's own writes replaced.
+	own *ownWrites
 }
 
 // New creates the controller and registers its handlers on the Service informer.
@@ -148,6 +150,7 @@ func New(o Options) (*Controller, error) {
 		fence:    o.Fence,
 		clock:    time.Now,
 		pending:  newPendingSet(),
+		own:      newOwnWrites(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](minRetryDelay, maxRetryDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "service"},
@@ -261,6 +264,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	svc, err := c.lister.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.pending.done(key)
+		c.own.forget(key)
 		// Gone without its finalizer passing through here: release what it held.
 		gone := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 		if err := c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, gone); err != nil && !errors.Is(err, cloudprovider.ImplementedElsewhere) {
@@ -272,21 +276,40 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if c.own.replaced(key, svc.ResourceVersion) {
+		// This version was the start of a sync that ended in writes of its own, which
+		// the informer has not delivered yet: syncing it again would write the same on
+		// top of a stale resourceVersion, a conflict and a re-prime for nothing. The
+		// newer version's event enqueues the Service; this re-check covers a write
+		// that changed nothing the event handler looks at.
+		klog.FromContext(ctx).V(4).Info("The informer has not caught up with this controller's last write yet", "service", key, "resourceVersion", svc.ResourceVersion)
+		c.queue.AddAfter(key, ownWriteRecheck)
+		return nil
+	}
 	svc = svc.DeepCopy() // the informer's object is shared; the balancer gets its own
 	if c.fence != nil {
 		if err := c.fence.Check(ctx); err != nil {
 			return fmt.Errorf("not syncing: %w", err)
 		}
 	}
+	var w trail
 	if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil {
 		c.pending.done(key)
-		return c.cleanup(ctx, svc)
+		err := c.cleanup(ctx, svc, &w)
+		if err == nil {
+			c.own.wrote(key, w)
+		}
+		return err
 	}
-	assigned, err := c.ensure(ctx, svc)
+	assigned, err := c.ensure(ctx, svc, &w)
 	if assigned || len(svc.Status.LoadBalancer.Ingress) > 0 { // pending: wants one and has none
 		c.pending.done(key)
 	} else {
 		c.pending.waiting(key, pendingSince(svc, c.clock()))
+	}
+	if err == nil {
+		// Only a sync that succeeded: a failed one is retried, whatever the informer shows.
+		c.own.wrote(key, w)
 	}
 	return err
 }
@@ -308,8 +331,10 @@ func pendingSince(svc *v1.Service, now time.Time) time.Time {
 // ensure assigns the Service its addresses and writes finalizer and status in one
 // patch when either is missing or different. It reports whether the Service holds
 // addresses now.
-func (c *Controller) ensure(ctx context.Context, svc *v1.Service) (bool, error) {
+func (c *Controller) ensure(ctx context.Context, svc *v1.Service, w *trail) (bool, error) {
+	from := svc.ResourceVersion
 	status, err := c.balancer.EnsureLoadBalancer(ctx, c.cluster, svc, nil)
+	w.moved(from, svc) // the announcer's write (metallb annotations) advances svc
 	if errors.Is(err, cloudprovider.ImplementedElsewhere) {
 		return true, nil // not ours to report
 	}
@@ -340,6 +365,7 @@ func (c *Controller) ensure(ctx context.Context, svc *v1.Service) (bool, error) 
 	if cd, ok := c.balancer.(Conditioner); ok {
 		setCondition(&want.Status.Conditions, cd.AssignedCondition(svc, nil), c.clock())
 	}
+	from = svc.ResourceVersion
 	if err := c.patch(ctx, svc, want); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Deleted meanwhile (it had no finalizer yet): give the addresses back.
@@ -358,6 +384,7 @@ func (c *Controller) ensure(ctx context.Context, svc *v1.Service) (bool, error) 
 		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error writing load balancer status and finalizer: %v", err)
 		return false, fmt.Errorf("writing the load balancer status: %w", err)
 	}
+	w.moved(from, svc)
 	c.committed(ctx, svc, ingressIPs(&svc.Status.LoadBalancer), ingressIPs(status))
 	return len(status.Ingress) > 0, nil
 }
@@ -389,14 +416,17 @@ func ingressIPs(st *v1.LoadBalancerStatus) []netip.Addr {
 // that no Service shows an address that is free again. A Service of another
 // loadBalancerClass that carries the finalizer only loses the finalizer: its status
 // and annotations are its own controller's.
-func (c *Controller) cleanup(ctx context.Context, svc *v1.Service) error {
+func (c *Controller) cleanup(ctx context.Context, svc *v1.Service, w *trail) error {
 	_, exists, err := c.balancer.GetLoadBalancer(ctx, c.cluster, svc)
 	if err != nil {
 		return fmt.Errorf("checking the load balancer before cleanup: %w", err)
 	}
 	ours := exists || hasOurs(svc) && svc.Spec.LoadBalancerClass == nil
 	if ours {
-		if err := c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, svc); err != nil && !errors.Is(err, cloudprovider.ImplementedElsewhere) {
+		from := svc.ResourceVersion
+		err := c.balancer.EnsureLoadBalancerDeleted(ctx, c.cluster, svc)
+		w.moved(from, svc)
+		if err != nil && !errors.Is(err, cloudprovider.ImplementedElsewhere) {
 			var re *api.RetryError
 			if !errors.As(err, &re) {
 				c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error deleting load balancer: %v", err)
@@ -410,10 +440,12 @@ func (c *Controller) cleanup(ctx context.Context, svc *v1.Service) error {
 		want.Status.LoadBalancer = v1.LoadBalancerStatus{}
 		want.Status.Conditions = slices.DeleteFunc(want.Status.Conditions, func(c metav1.Condition) bool { return ownedCondition(c.Type) })
 	}
+	from := svc.ResourceVersion
 	if err := c.patch(ctx, svc, want); err != nil && !apierrors.IsNotFound(err) {
 		c.recorder.Eventf(svc, v1.EventTypeWarning, ReasonSyncFailed, "Error removing load balancer status and cleanup finalizer: %v", err)
 		return fmt.Errorf("removing the load balancer cleanup finalizer: %w", err)
 	}
+	w.moved(from, svc)
 	if ours {
 		c.committed(ctx, svc, ingressIPs(&svc.Status.LoadBalancer), nil)
 		c.recorder.Event(svc, v1.EventTypeNormal, ReasonDeleted, "Deleted load balancer")
@@ -427,7 +459,8 @@ func (c *Controller) cleanup(ctx context.Context, svc *v1.Service) error {
 // finalizer, so finalizers others add meanwhile are kept whatever the informer's view.
 // It is conditional on old's resourceVersion: a Service changed since (by a user, or
 // by another replica that acted as leader) is not overwritten; the Conflict makes the
-// balancer re-prime. The Fence is checked right before the write.
+// balancer re-prime. The Fence is checked right before the write. After a write, old
+// carries the resourceVersion it stored (old is otherwise unchanged).
 func (c *Controller) patch(ctx context.Context, old, want *v1.Service) error {
 	meta := map[string]any{"resourceVersion": old.ResourceVersion}
 	switch had, has := servicehelper.HasLBFinalizer(old), servicehelper.HasLBFinalizer(want); {
@@ -461,7 +494,10 @@ func (c *Controller) patch(ctx context.Context, old, want *v1.Service) error {
 	if err != nil {
 		return fmt.Errorf("encoding the patch: %w", err)
 	}
-	_, err = c.client.CoreV1().Services(old.Namespace).Patch(ctx, old.Name, types.StrategicMergePatchType, p, metav1.PatchOptions{}, "status")
+	out, err := c.client.CoreV1().Services(old.Namespace).Patch(ctx, old.Name, types.StrategicMergePatchType, p, metav1.PatchOptions{}, "status")
+	if err == nil && out != nil {
+		old.ResourceVersion = out.ResourceVersion
+	}
 	if apierrors.IsConflict(err) {
 		if r, ok := c.balancer.(Repriming); ok {
 			r.Reprime()

@@ -553,3 +553,82 @@ func condition(s *v1.Service) *metav1.Condition {
 	}
 	return nil
 }
+
+// advancing is a fakeBalancer whose announcer writes the Service (as the MetalLB
+// announcer writes its annotations): it advances svc to resourceVersion rv.
+type advancing struct {
+	*fakeBalancer
+	rv string
+}
+
+func (a *advancing) EnsureLoadBalancer(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
+	st, err := a.fakeBalancer.EnsureLoadBalancer(ctx, cluster, svc, nodes)
+	if err == nil {
+		svc.ResourceVersion = a.rv
+	}
+	return st, err
+}
+
+// TestOwnWriteNotRedone: a sync whose informer copy is a version that this controller's
+// own successful writes replaced (the announcer's 7→8, the status 8→9) writes nothing
+// and does not call the balancer: the write it would make is made, and conditional on
+// a stale version it would only conflict and re-prime. Once the informer shows another
+// version the Service is synced as usual; a failed sync is not remembered.
+func TestOwnWriteNotRedone(t *testing.T) {
+	s := lbService("web")
+	s.ResourceVersion = "7"
+	f := newFixture(t, s)
+	f.c.balancer = &advancing{fakeBalancer: f.balancer, rv: "8"}
+	var bodies []string
+	f.client.PrependReactor("patch", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		bodies = append(bodies, string(a.(k8stesting.PatchAction).GetPatch()))
+		out := lbService("web", withOurs)
+		out.ResourceVersion = "9"
+		return true, out, nil
+	})
+	if err := f.sync("ns/web"); err != nil {
+		t.Fatal(err)
+	}
+	if len(bodies) != 1 || !strings.Contains(bodies[0], `"resourceVersion":"8"`) {
+		t.Fatalf("status patches %v, want one conditional on the announcer's version 8", bodies)
+	}
+	store := f.informer.Core().V1().Services().Informer().GetIndexer()
+	for _, rv := range []string{"7", "8"} { // the informer has not caught up
+		stale := s.DeepCopy()
+		stale.ResourceVersion = rv
+		if err := store.Update(stale); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.sync("ns/web"); err != nil {
+			t.Fatalf("sync of replaced version %s: %v", rv, err)
+		}
+	}
+	if len(bodies) != 1 || len(f.balancer.ensured) != 1 {
+		t.Fatalf("after syncs of replaced versions: patches %v, balancer calls %v; want the first sync's only", bodies, f.balancer.ensured)
+	}
+	cur := lbService("web", withOurs)
+	cur.ResourceVersion = "9"
+	if err := store.Update(cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sync("ns/web"); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.balancer.ensured) != 2 || len(bodies) != 1 {
+		t.Errorf("the caught-up version: balancer calls %v (want 2), patches %d (want 1: in step)", f.balancer.ensured, len(bodies))
+	}
+	// A version the informer shows again after that is synced (the entry is gone).
+	if err := store.Update(s); err != nil {
+		t.Fatal(err)
+	}
+	f.balancer.err = errors.New("pool exhausted")
+	f.c.balancer = f.balancer
+	for i := range 2 {
+		if err := f.sync("ns/web"); err == nil {
+			t.Fatalf("sync %d with a failing balancer succeeded", i)
+		}
+	}
+	if len(f.balancer.ensured) != 4 {
+		t.Errorf("balancer calls %v, want every failed sync retried in full", f.balancer.ensured)
+	}
+}
