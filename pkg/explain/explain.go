@@ -27,6 +27,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/maintenance"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/preflight"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
@@ -241,6 +242,9 @@ func (e *Explainer) Node(ctx context.Context, name string) (string, error) {
 				fmt.Fprintf(&b, "  %s: %s (%s) since %s: %s\n", strings.TrimPrefix(string(t), "baremetal-ccm.io/"), c.Status, c.Reason, age(now, c.LastTransitionTime.Time), c.Message)
 			}
 		}
+	}
+	if c, ok := maintenance.Condition(n); ok {
+		fmt.Fprintf(&b, "  in maintenance: %s: exempt from deletion and the power-off policies (instances.outOfServiceAfter, instances.deleteAfter), not counted against the power-off budget; set the condition False or remove it to end that\n", maintenance.Describe(c))
 	}
 	if since, ok := n.Annotations[powermon.AnnotationOffSince]; ok {
 		seen := n.Annotations[powermon.AnnotationOffSeen]

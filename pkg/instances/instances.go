@@ -27,6 +27,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/identity"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/maintenance"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 )
 
@@ -149,6 +150,7 @@ func New(inv Inventory, power Power, events EventRecorder, policy Policy) *Insta
 //     (inventory.Store.GoneAllowed); a host that another inventory host now matches by
 //     systemUUID or InternalIP is a rename, not a removal (an error and a HostRenamed
 //     event);
+//   - and no Node lifecycle condition puts it in maintenance (package maintenance);
 //   - or, with the deleteAfter policy, its host (not in maintenance) has been off
 //     continuously for that long, a recent BMC reading confirms it off and names the
 //     same machine as the Node and the inventory, and the power-off budget grants it.
@@ -206,6 +208,11 @@ func (i *Instances) InstanceExists(ctx context.Context, node *v1.Node) (bool, er
 	default:
 		return false, fmt.Errorf("node %s: %w", node.Name, err)
 	}
+	if err := maintenance.Of(node); err != nil {
+		// A Node lifecycle condition (KEP-5683) exempts it, as inventory maintenance
+		// exempts a host: whoever set it is working on the machine.
+		return false, fmt.Errorf("node %s: %s, but not reporting it gone: %w", node.Name, why, err)
+	}
 	if uninitialized(node) {
 		return false, fmt.Errorf("node %s: %s, but the Node still carries %s (it was never initialized from the inventory), so it is never reported gone: %w",
 			node.Name, why, cloudproviderapi.TaintExternalCloudProvider, ErrUninitialized)
@@ -246,14 +253,15 @@ func uninitialized(node *v1.Node) bool {
 	return false
 }
 
-// offTooLong applies the deleteAfter policy: the host is not in maintenance, the Node
+// offTooLong applies the deleteAfter policy: the host is not in maintenance (in the
+// inventory, or by a Node lifecycle condition, see package maintenance), the Node
 // is initialized, has been seen off continuously for DeleteAfter (the Node's
 // powered-off-since annotation), a reading of at most ShutdownMaxAge (or one it waits
 // ShutdownWait for) says off and names the same machine, and the power-off budget
 // grants the action. A host that does not qualify answers false, nil; a contradiction
 // of identities or a budget used up answers an error (with an event).
 func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *inventory.Host) (bool, string, error) {
-	if i.policy.DeleteAfter <= 0 || i.power == nil || host.State == inventory.StateMaintenance || uninitialized(node) {
+	if i.policy.DeleteAfter <= 0 || i.power == nil || host.State == inventory.StateMaintenance || maintenance.Of(node) != nil || uninitialized(node) {
 		return false, "", nil
 	}
 	since, ok := powermon.OffSince(node, i.policy.Clock.Now(), i.policy.maxUnobserved())

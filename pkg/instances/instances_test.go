@@ -180,6 +180,39 @@ func TestInstanceMetadataErrors(t *testing.T) {
 	}
 }
 
+// TestLifecycleConditionNotGone: a Node in maintenance by a Node lifecycle condition
+// (KEP-5683) is never reported gone, even when its host left the inventory: an error
+// that wraps inventory.ErrMaintenance and names the condition; False does not exempt.
+func TestLifecycleConditionNotGone(t *testing.T) {
+	for _, tt := range []struct {
+		typ    v1.NodeConditionType
+		status v1.ConditionStatus
+		gone   bool
+	}{
+		{v1.NodeMaintenanceInProgress, v1.ConditionTrue, false},
+		{v1.NodeMaintenancePlanned, v1.ConditionTrue, false},
+		{v1.NodeMaintenanceInProgress, v1.ConditionFalse, true},
+		{v1.NodeDrainInProgress, v1.ConditionTrue, true}, // draining is not maintenance
+	} {
+		_, inv, rec, ctx := setup(t)
+		inst := New(inv, nil, rec, Policy{})
+		for _, pid := range []string{"baremetal://vanished", "baremetal://node-c"} {
+			n := mkNode("x", pid)
+			n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: tt.typ, Status: tt.status, Reason: "Rma"})
+			exists, err := inst.InstanceExists(ctx, n)
+			if tt.gone {
+				if exists || err != nil {
+					t.Errorf("%s %s, %s: %v, %v; want gone", tt.typ, tt.status, pid, exists, err)
+				}
+				continue
+			}
+			if exists || !errors.Is(err, inventory.ErrMaintenance) || !strings.Contains(err.Error(), string(tt.typ)) {
+				t.Errorf("%s %s, %s: %v, %v; want an ErrMaintenance naming the condition", tt.typ, tt.status, pid, exists, err)
+			}
+		}
+	}
+}
+
 // TestInstanceExists is the deletion contract: (false, nil) only on positive evidence.
 func TestInstanceExists(t *testing.T) {
 	tests := []struct {
@@ -517,6 +550,15 @@ func TestDeleteAfterPolicy(t *testing.T) {
 	inst := New(inv, &fakePower{state: bmc.PowerOff}, rec, Policy{DeleteAfter: 30 * time.Minute, Clock: clk})
 	if exists, err := inst.InstanceExists(ctx, maint); !exists || err != nil || len(inv.budget) != 0 {
 		t.Fatalf("maintenance host: %v, %v (budget asked for %v)", exists, err, inv.budget)
+	}
+	// A Node lifecycle condition (KEP-5683) exempts an active host's Node the same way.
+	for _, typ := range []v1.NodeConditionType{v1.NodeMaintenanceInProgress, v1.NodeMaintenancePlanned} {
+		n := node("2026-11-22T11:00:00Z")
+		n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: typ, Status: v1.ConditionTrue, Reason: "FirmwareUpdate"})
+		inv.budget = nil
+		if exists, err := inst.InstanceExists(ctx, n); !exists || err != nil || len(inv.budget) != 0 {
+			t.Fatalf("Node with %s True: %v, %v (budget asked for %v)", typ, exists, err, inv.budget)
+		}
 	}
 	// Defect 5: the BMC reports another machine: an error with an event, never gone.
 	wrong := &fakePower{state: bmc.PowerOff, uuid: "7f000000-0000-4000-8000-0000000000aa"}

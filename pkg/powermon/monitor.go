@@ -36,6 +36,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/identity"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/maintenance"
 )
 
 // Condition types, annotation and event reasons.
@@ -358,7 +359,8 @@ func (m *Monitor) update(ctx context.Context, node *v1.Node, host *inventory.Hos
 }
 
 // outOfService applies the out-of-service policy: the taint goes on a NotReady,
-// initialized Node whose host (not in maintenance) has been off for OutOfServiceAfter,
+// initialized Node whose host (not in maintenance: in the inventory, or by a Node
+// lifecycle condition, see package maintenance) has been off for OutOfServiceAfter,
 // as read just now from a BMC that names the same machine, when the power-off budget
 // grants it; it comes off (only if we added it) once the host is on and the Node Ready.
 func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *inventory.Host, off, on bool, since string) error {
@@ -370,7 +372,7 @@ func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *invento
 	switch {
 	case off && !tainted && !isReady(node):
 		t, err := time.Parse(time.RFC3339, since)
-		if err != nil || m.clock.Since(t) < m.cfg.OutOfServiceAfter || host.State == inventory.StateMaintenance || hasTaint(node, cloudproviderapi.TaintExternalCloudProvider) {
+		if err != nil || m.clock.Since(t) < m.cfg.OutOfServiceAfter || host.State == inventory.StateMaintenance || maintenance.Of(node) != nil || hasTaint(node, cloudproviderapi.TaintExternalCloudProvider) {
 			return nil
 		}
 		if err := m.inv.TakePowerBudget(ctx, host.Name, "outOfService"); err != nil {

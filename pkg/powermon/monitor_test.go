@@ -3,6 +3,7 @@ package powermon
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -390,6 +391,39 @@ func TestOutOfServiceMaintenanceExempt(t *testing.T) {
 	n := f.offLongEnough(t)
 	if hasTaint(n, v1.TaintNodeOutOfService) || len(f.inv.budget) != 0 {
 		t.Fatalf("maintenance host: taints %v, budget asked for %v", n.Spec.Taints, f.inv.budget)
+	}
+}
+
+// TestOutOfServiceLifecycleConditionExempt: a Node that a Node lifecycle condition
+// (KEP-5683) puts in maintenance is exempt like a host in maintenance in the inventory:
+// never fenced, no budget spent; once the condition turns False the policy applies.
+func TestOutOfServiceLifecycleConditionExempt(t *testing.T) {
+	for _, typ := range []v1.NodeConditionType{v1.NodeMaintenanceInProgress, v1.NodeMaintenancePlanned} {
+		t.Run(string(typ), func(t *testing.T) {
+			f := newFixture(t, false)
+			setCondition := func(status v1.ConditionStatus) {
+				n, err := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n.Status.Conditions = append(slices.DeleteFunc(n.Status.Conditions, func(c v1.NodeCondition) bool { return c.Type == typ }),
+					v1.NodeCondition{Type: typ, Status: status, Reason: "FirmwareUpdate"})
+				if n, err = f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				_ = f.idx.Update(n)
+			}
+			setCondition(v1.ConditionTrue)
+			n := f.offLongEnough(t)
+			if hasTaint(n, v1.TaintNodeOutOfService) || len(f.inv.budget) != 0 {
+				t.Fatalf("%s True: taints %v, budget asked for %v", typ, n.Spec.Taints, f.inv.budget)
+			}
+			setCondition(v1.ConditionFalse)
+			f.clock.Step(11 * time.Second)
+			if n := f.sync(t); !hasTaint(n, v1.TaintNodeOutOfService) || len(f.inv.budget) != 1 {
+				t.Fatalf("%s False: taints %v, budget asked for %v; want fenced", typ, n.Spec.Taints, f.inv.budget)
+			}
+		})
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/explain"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/manifests"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
@@ -425,6 +426,59 @@ func TestPowerOffPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.waitTaint("pol-1", v1.TaintNodeOutOfService, false)
+}
+
+// TestMaintenanceLifecycleConditions: Nodes that a Node lifecycle condition of
+// Kubernetes 1.37 (KEP-5683) puts in maintenance, MaintenanceInProgress or
+// MaintenancePlanned True, with their hosts powered off for 10 minutes, are never
+// tainted out-of-service, deleted or counted against the power-off budget: with a
+// budget of 1 host the one Node not in maintenance takes it and is deleted, and no host
+// waits. explain names the condition. Once MaintenanceInProgress turns False, that
+// Node is under the policies again: the budget is used up, so it waits, with an event.
+func TestMaintenanceLifecycleConditions(t *testing.T) {
+	bmcs, inv := redfishHosts(t, "mnt", "10.95.0", 3, nil)
+	l, names := powerLab(t, bmcs, inv, "mnt", "10.95.0", ", powerOffBudget: {maxHosts: 1}")
+	setCond := func(name string, typ v1.NodeConditionType, status v1.ConditionStatus) {
+		t.Helper()
+		c := v1.NodeCondition{Type: typ, Status: status, Reason: "FirmwareUpdate", Message: "set by the e2e test as a maintenance tool would"}
+		if err := framework.SetNodeCondition(l.ctx, l.cp.Client, name, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setCond("mnt-0", v1.NodeMaintenanceInProgress, v1.ConditionTrue)
+	setCond("mnt-1", v1.NodeMaintenancePlanned, v1.ConditionTrue)
+	for _, name := range names {
+		l.backdateOffSince(name, 10*time.Minute)
+	}
+	l.waitDeleted("mnt-2")
+	l.stillThere(8*time.Second, "mnt-0", "mnt-1") // several lifecycle and monitor passes
+	for _, name := range []string{"mnt-0", "mnt-1"} {
+		if n, _ := l.node(name); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+			t.Errorf("%s is in maintenance by a Node condition but got the out-of-service taint", name)
+		}
+	}
+	if st := l.guardState(); st.PowerTrip != nil {
+		t.Errorf("hosts wait for the power-off budget: %+v; the Nodes in maintenance must not count", st.PowerTrip)
+	}
+	l.waitMetric("baremetal_ccm_power_budget_waiting_hosts 0")
+	out, err := (&explain.Explainer{Client: l.cp.Client}).Node(l.ctx, "mnt-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "in maintenance: Node condition MaintenanceInProgress is True") {
+		t.Errorf("explain node mnt-0 does not name the condition:\n%s", out)
+	}
+
+	// Maintenance ends on mnt-0: the policies apply, and the budget (mnt-2's) holds it.
+	setCond("mnt-0", v1.NodeMaintenanceInProgress, v1.ConditionFalse)
+	if msg := l.waitEvent("default", "Node", "mnt-0", inventory.ReasonPowerBudget); !strings.Contains(msg, "power-off budget used up") {
+		t.Errorf("%s event on mnt-0: %q", inventory.ReasonPowerBudget, msg)
+	}
+	l.waitMetric("baremetal_ccm_power_budget_waiting_hosts 1")
+	l.stillThere(4*time.Second, "mnt-0", "mnt-1")
+	if n, _ := l.node("mnt-1"); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+		t.Error("mnt-1 (MaintenancePlanned) got the out-of-service taint")
+	}
 }
 
 // TestPowerOffBudget is the scenario (b): 40 hosts powered off at once (a PDU

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -193,4 +194,26 @@ func readyCondition(status v1.ConditionStatus) v1.NodeCondition {
 		Type: v1.NodeReady, Status: status, Reason: reason, Message: msg,
 		LastHeartbeatTime: now, LastTransitionTime: now,
 	}
+}
+
+// SetNodeCondition sets the Node's condition of c's type to c (added when absent), as an
+// admin or a maintenance tool sets a Node lifecycle condition; a zero
+// LastTransitionTime is now.
+func SetNodeCondition(ctx context.Context, client kubernetes.Interface, name string, c v1.NodeCondition) error {
+	if c.LastTransitionTime.IsZero() {
+		c.LastTransitionTime = metav1.Now()
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.Conditions = append(slices.DeleteFunc(node.Status.Conditions, func(o v1.NodeCondition) bool { return o.Type == c.Type }), c)
+		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("setting node %s %s=%s: %w", name, c.Type, c.Status, err)
+	}
+	return nil
 }

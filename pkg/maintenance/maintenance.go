@@ -1,0 +1,55 @@
+// Package maintenance reads the Node lifecycle conditions of Kubernetes 1.37
+// (KEP-5683) that put a Node in maintenance: MaintenanceInProgress or
+// MaintenancePlanned with status True. Such a Node is exempt from deletion and from the
+// power-based policies (out-of-service taint, deleteAfter) and never counts against a
+// budget, exactly like a host whose inventory state is maintenance. Admins and their
+// tools set the conditions; this CCM only reads them.
+package maintenance
+
+import (
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+// Conditions are the Node conditions that exempt a Node while True, the more specific
+// first.
+var Conditions = []v1.NodeConditionType{v1.NodeMaintenanceInProgress, v1.NodeMaintenancePlanned}
+
+// Condition returns the first of Conditions that is True on node.
+func Condition(node *v1.Node) (v1.NodeCondition, bool) {
+	for _, t := range Conditions {
+		for _, c := range node.Status.Conditions {
+			if c.Type == t && c.Status == v1.ConditionTrue {
+				return c, true
+			}
+		}
+	}
+	return v1.NodeCondition{}, false
+}
+
+// Of returns nil when no lifecycle condition puts node in maintenance, else an error
+// that wraps inventory.ErrMaintenance and names the condition, so callers treat it as
+// they treat a host in maintenance in the inventory.
+func Of(node *v1.Node) error {
+	c, ok := Condition(node)
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", inventory.ErrMaintenance, Describe(c))
+}
+
+// Describe says which condition exempts a Node, with its reason and since when.
+func Describe(c v1.NodeCondition) string {
+	s := fmt.Sprintf("Node condition %s is %s", c.Type, c.Status)
+	if !c.LastTransitionTime.IsZero() {
+		s += " since " + c.LastTransitionTime.UTC().Format(time.RFC3339)
+	}
+	if c.Reason != "" {
+		s += fmt.Sprintf(" (reason %s)", c.Reason)
+	}
+	return s
+}

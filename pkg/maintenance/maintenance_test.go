@@ -1,0 +1,53 @@
+package maintenance
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+)
+
+func TestOf(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
+	cond := func(typ v1.NodeConditionType, s v1.ConditionStatus) v1.NodeCondition {
+		return v1.NodeCondition{Type: typ, Status: s, Reason: "FirmwareUpdate", LastTransitionTime: since}
+	}
+	tests := []struct {
+		name  string
+		conds []v1.NodeCondition
+		want  string // "" for no exemption, else the condition named
+	}{
+		{"none", nil, ""},
+		{"ready only", []v1.NodeCondition{cond(v1.NodeReady, v1.ConditionFalse)}, ""},
+		{"planned", []v1.NodeCondition{cond(v1.NodeMaintenancePlanned, v1.ConditionTrue)}, "MaintenancePlanned"},
+		{"in progress", []v1.NodeCondition{cond(v1.NodeMaintenanceInProgress, v1.ConditionTrue)}, "MaintenanceInProgress"},
+		{"both: the more specific", []v1.NodeCondition{cond(v1.NodeMaintenancePlanned, v1.ConditionTrue), cond(v1.NodeMaintenanceInProgress, v1.ConditionTrue)}, "MaintenanceInProgress"},
+		{"false", []v1.NodeCondition{cond(v1.NodeMaintenanceInProgress, v1.ConditionFalse)}, ""},
+		{"unknown is no evidence of maintenance", []v1.NodeCondition{cond(v1.NodeMaintenanceInProgress, v1.ConditionUnknown)}, ""},
+		{"draining is not maintenance", []v1.NodeCondition{cond(v1.NodeDrainInProgress, v1.ConditionTrue), cond(v1.NodeDrained, v1.ConditionTrue)}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Of(&v1.Node{Status: v1.NodeStatus{Conditions: tt.conds}})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Of = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, inventory.ErrMaintenance) {
+				t.Fatalf("Of = %v, want an inventory.ErrMaintenance", err)
+			}
+			for _, s := range []string{"Node condition " + tt.want + " is True", "since 2026-11-27T09:00:00Z", "reason FirmwareUpdate"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("Of = %q, lacks %q", err, s)
+				}
+			}
+		})
+	}
+}
