@@ -246,6 +246,9 @@ func (e *Explainer) Node(ctx context.Context, name string) (string, error) {
 	if c, ok := maintenance.Condition(n); ok {
 		fmt.Fprintf(&b, "  in maintenance: %s: exempt from deletion and the power-off policies (instances.outOfServiceAfter, instances.deleteAfter), not counted against the power-off budget; set the condition False or remove it to end that\n", maintenance.Describe(c))
 	}
+	if n.Labels[maintenance.ExcludeLabel] == "true" {
+		fmt.Fprintf(&b, "  excluded from remediation: label %s=true: no out-of-service taint, no deletion under instances.deleteAfter, no power-off budget spent\n", maintenance.ExcludeLabel)
+	}
 	if since, ok := n.Annotations[powermon.AnnotationOffSince]; ok {
 		seen := n.Annotations[powermon.AnnotationOffSeen]
 		if seen == "" {

@@ -254,14 +254,15 @@ func uninitialized(node *v1.Node) bool {
 }
 
 // offTooLong applies the deleteAfter policy: the host is not in maintenance (in the
-// inventory, or by a Node lifecycle condition, see package maintenance), the Node
+// inventory, or by a Node lifecycle condition) nor excluded by label (see
+// maintenance.Remediation), the Node
 // is initialized, has been seen off continuously for DeleteAfter (the Node's
 // powered-off-since annotation), a reading of at most ShutdownMaxAge (or one it waits
 // ShutdownWait for) says off and names the same machine, and the power-off budget
 // grants the action. A host that does not qualify answers false, nil; a contradiction
 // of identities or a budget used up answers an error (with an event).
 func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *inventory.Host) (bool, string, error) {
-	if i.policy.DeleteAfter <= 0 || i.power == nil || host.State == inventory.StateMaintenance || maintenance.Of(node) != nil || uninitialized(node) {
+	if i.policy.DeleteAfter <= 0 || i.power == nil || host.State == inventory.StateMaintenance || maintenance.Remediation(node) != nil || uninitialized(node) {
 		return false, "", nil
 	}
 	since, ok := powermon.OffSince(node, i.policy.Clock.Now(), i.policy.maxUnobserved())

@@ -19,6 +19,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/identity"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/maintenance"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 )
 
@@ -559,6 +560,13 @@ func TestDeleteAfterPolicy(t *testing.T) {
 		if exists, err := inst.InstanceExists(ctx, n); !exists || err != nil || len(inv.budget) != 0 {
 			t.Fatalf("Node with %s True: %v, %v (budget asked for %v)", typ, exists, err, inv.budget)
 		}
+	}
+	// So does the label baremetal-ccm.io/exclude-from-remediation=true.
+	excluded := node("2026-11-22T11:00:00Z")
+	excluded.Labels = map[string]string{maintenance.ExcludeLabel: "true"}
+	inv.budget = nil
+	if exists, err := inst.InstanceExists(ctx, excluded); !exists || err != nil || len(inv.budget) != 0 {
+		t.Fatalf("Node excluded from remediation: %v, %v (budget asked for %v)", exists, err, inv.budget)
 	}
 	// Defect 5: the BMC reports another machine: an error with an event, never gone.
 	wrong := &fakePower{state: bmc.PowerOff, uuid: "7f000000-0000-4000-8000-0000000000aa"}

@@ -4,9 +4,13 @@
 // power-based policies (out-of-service taint, deleteAfter) and never counts against a
 // budget, exactly like a host whose inventory state is maintenance. Admins and their
 // tools set the conditions; this CCM only reads them.
+//
+// The label ExcludeLabel opts a Node out of remediation only: the power-based
+// policies, not the removal of its host from the inventory.
 package maintenance
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,6 +18,14 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
+
+// ExcludeLabel with the value "true" opts a Node out of remediation (as medik8s Node
+// Health Check's exclude-from-remediation label does): no out-of-service taint and no
+// deletion under deleteAfter, and no budget spent on it.
+const ExcludeLabel = "baremetal-ccm.io/exclude-from-remediation"
+
+// ErrExcluded: the Node carries ExcludeLabel.
+var ErrExcluded = errors.New("excluded from remediation")
 
 // Conditions are the Node conditions that exempt a Node while True, the more specific
 // first.
@@ -52,4 +64,17 @@ func Describe(c v1.NodeCondition) string {
 		s += fmt.Sprintf(" (reason %s)", c.Reason)
 	}
 	return s
+}
+
+// Remediation returns nil when node may get a power-based action (out-of-service taint,
+// deletion under deleteAfter), else why not: in maintenance by a lifecycle condition
+// (see Of), or ErrExcluded for ExcludeLabel.
+func Remediation(node *v1.Node) error {
+	if err := Of(node); err != nil {
+		return err
+	}
+	if node.Labels[ExcludeLabel] == "true" {
+		return fmt.Errorf("%w: the Node has the label %s=true", ErrExcluded, ExcludeLabel)
+	}
+	return nil
 }

@@ -51,3 +51,22 @@ func TestOf(t *testing.T) {
 		})
 	}
 }
+
+func TestRemediation(t *testing.T) {
+	node := func(labels map[string]string, conds ...v1.NodeCondition) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Status: v1.NodeStatus{Conditions: conds}}
+	}
+	if err := Remediation(node(nil)); err != nil {
+		t.Errorf("plain Node: %v", err)
+	}
+	if err := Remediation(node(map[string]string{ExcludeLabel: "false"})); err != nil {
+		t.Errorf("label false: %v", err)
+	}
+	if err := Remediation(node(map[string]string{ExcludeLabel: "true"})); !errors.Is(err, ErrExcluded) || !strings.Contains(err.Error(), ExcludeLabel) {
+		t.Errorf("label true: %v, want ErrExcluded naming the label", err)
+	}
+	in := v1.NodeCondition{Type: v1.NodeMaintenanceInProgress, Status: v1.ConditionTrue}
+	if err := Remediation(node(nil, in)); !errors.Is(err, inventory.ErrMaintenance) {
+		t.Errorf("MaintenanceInProgress: %v, want ErrMaintenance", err)
+	}
+}

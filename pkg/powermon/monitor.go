@@ -360,7 +360,8 @@ func (m *Monitor) update(ctx context.Context, node *v1.Node, host *inventory.Hos
 
 // outOfService applies the out-of-service policy: the taint goes on a NotReady,
 // initialized Node whose host (not in maintenance: in the inventory, or by a Node
-// lifecycle condition, see package maintenance) has been off for OutOfServiceAfter,
+// lifecycle condition; nor excluded by label: see maintenance.Remediation) has been
+// off for OutOfServiceAfter,
 // as read just now from a BMC that names the same machine, when the power-off budget
 // grants it; it comes off (only if we added it) once the host is on and the Node Ready.
 func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *inventory.Host, off, on bool, since string) error {
@@ -372,7 +373,7 @@ func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *invento
 	switch {
 	case off && !tainted && !isReady(node):
 		t, err := time.Parse(time.RFC3339, since)
-		if err != nil || m.clock.Since(t) < m.cfg.OutOfServiceAfter || host.State == inventory.StateMaintenance || maintenance.Of(node) != nil || hasTaint(node, cloudproviderapi.TaintExternalCloudProvider) {
+		if err != nil || m.clock.Since(t) < m.cfg.OutOfServiceAfter || host.State == inventory.StateMaintenance || maintenance.Remediation(node) != nil || hasTaint(node, cloudproviderapi.TaintExternalCloudProvider) {
 			return nil
 		}
 		if err := m.inv.TakePowerBudget(ctx, host.Name, "outOfService"); err != nil {

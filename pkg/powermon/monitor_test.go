@@ -21,6 +21,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/identity"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/maintenance"
 )
 
 type fakeInv struct {
@@ -424,6 +425,36 @@ func TestOutOfServiceLifecycleConditionExempt(t *testing.T) {
 				t.Fatalf("%s False: taints %v, budget asked for %v; want fenced", typ, n.Spec.Taints, f.inv.budget)
 			}
 		})
+	}
+}
+
+// TestOutOfServiceExcludeLabel: baremetal-ccm.io/exclude-from-remediation=true keeps a
+// Node from being fenced, without spending budget; removing the label lets the policy act.
+func TestOutOfServiceExcludeLabel(t *testing.T) {
+	f := newFixture(t, false)
+	label := func(v *string) {
+		n, err := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Labels = map[string]string{}
+		if v != nil {
+			n.Labels[maintenance.ExcludeLabel] = *v
+		}
+		if n, err = f.client.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.idx.Update(n)
+	}
+	yes := "true"
+	label(&yes)
+	if n := f.offLongEnough(t); hasTaint(n, v1.TaintNodeOutOfService) || len(f.inv.budget) != 0 {
+		t.Fatalf("excluded Node: taints %v, budget asked for %v", n.Spec.Taints, f.inv.budget)
+	}
+	label(nil)
+	f.clock.Step(11 * time.Second)
+	if n := f.sync(t); !hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatalf("label removed: taints %v, want fenced", n.Spec.Taints)
 	}
 }
 

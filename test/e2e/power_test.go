@@ -21,6 +21,7 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/explain"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/maintenance"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/manifests"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/ipmi"
@@ -433,10 +434,11 @@ func TestPowerOffPolicies(t *testing.T) {
 // MaintenancePlanned True, with their hosts powered off for 10 minutes, are never
 // tainted out-of-service, deleted or counted against the power-off budget: with a
 // budget of 1 host the one Node not in maintenance takes it and is deleted, and no host
-// waits. explain names the condition. Once MaintenanceInProgress turns False, that
+// waits; so is a Node labeled baremetal-ccm.io/exclude-from-remediation=true. explain
+// names the condition. Once MaintenanceInProgress turns False, that
 // Node is under the policies again: the budget is used up, so it waits, with an event.
 func TestMaintenanceLifecycleConditions(t *testing.T) {
-	bmcs, inv := redfishHosts(t, "mnt", "10.95.0", 3, nil)
+	bmcs, inv := redfishHosts(t, "mnt", "10.95.0", 4, nil)
 	l, names := powerLab(t, bmcs, inv, "mnt", "10.95.0", ", powerOffBudget: {maxHosts: 1}")
 	setCond := func(name string, typ v1.NodeConditionType, status v1.ConditionStatus) {
 		t.Helper()
@@ -447,12 +449,16 @@ func TestMaintenanceLifecycleConditions(t *testing.T) {
 	}
 	setCond("mnt-0", v1.NodeMaintenanceInProgress, v1.ConditionTrue)
 	setCond("mnt-1", v1.NodeMaintenancePlanned, v1.ConditionTrue)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, maintenance.ExcludeLabel)
+	if _, err := l.cp.Client.CoreV1().Nodes().Patch(l.ctx, "mnt-3", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range names {
 		l.backdateOffSince(name, 10*time.Minute)
 	}
 	l.waitDeleted("mnt-2")
-	l.stillThere(8*time.Second, "mnt-0", "mnt-1") // several lifecycle and monitor passes
-	for _, name := range []string{"mnt-0", "mnt-1"} {
+	l.stillThere(8*time.Second, "mnt-0", "mnt-1", "mnt-3") // several lifecycle and monitor passes
+	for _, name := range []string{"mnt-0", "mnt-1", "mnt-3"} {
 		if n, _ := l.node(name); framework.HasTaint(n, v1.TaintNodeOutOfService) {
 			t.Errorf("%s is in maintenance by a Node condition but got the out-of-service taint", name)
 		}
@@ -475,9 +481,11 @@ func TestMaintenanceLifecycleConditions(t *testing.T) {
 		t.Errorf("%s event on mnt-0: %q", inventory.ReasonPowerBudget, msg)
 	}
 	l.waitMetric("baremetal_ccm_power_budget_waiting_hosts 1")
-	l.stillThere(4*time.Second, "mnt-0", "mnt-1")
-	if n, _ := l.node("mnt-1"); framework.HasTaint(n, v1.TaintNodeOutOfService) {
-		t.Error("mnt-1 (MaintenancePlanned) got the out-of-service taint")
+	l.stillThere(4*time.Second, "mnt-0", "mnt-1", "mnt-3")
+	for _, name := range []string{"mnt-1", "mnt-3"} {
+		if n, _ := l.node(name); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+			t.Errorf("%s (still exempt) got the out-of-service taint", name)
+		}
 	}
 }
 
