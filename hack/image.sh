@@ -10,7 +10,9 @@
 #      ~/.cache/baremetal-ccm) by file name (which holds the version) and checked
 #      against the SHA256 of apt's signed index. IMAGE_DEBS_DIR=DIR uses the .deb
 #      files in DIR instead (a pinned set: no apt at all).
-#   3. hack/mkimage writes an OCI image layout tar (with docker's manifest.json), which
+#   3. hack/mkimage writes the layers (reproducible tars, gzip) and, with
+#      go-containerregistry, the image's config and manifest and an OCI image layout,
+#      archived as one tar with docker's manifest.json, which
 #      `ctr -n k8s.io images import`, `podman load` and `docker load` accept; with
 #      --rootfs DIR it writes the same files into DIR instead (packaging/Dockerfile).
 #

@@ -8,8 +8,12 @@
 //
 // The archive is an OCI image layout with the manifest.json of `docker save` beside it,
 // so `ctr images import`, `podman load` and `docker load` all accept it. Every layer is a
-// gzip-compressed tar written in path order with one modification time
-// (--source-date-epoch, default $SOURCE_DATE_EPOCH, else 0) and numeric owners.
+// gzip-compressed tar written here, in path order with one modification time
+// (--source-date-epoch, default $SOURCE_DATE_EPOCH, else 0) and numeric owners;
+// go-containerregistry takes the compressed layers as they are and makes the image of
+// them (config, manifest), writes the OCI image layout (index.json, blobs) and gives the
+// types of manifest.json. The archive around them is written here too: names in order,
+// the same time, numeric owners and modes on every entry.
 //
 // Debian packages are unpacked with dpkg-deb, without running maintainer scripts (which
 // need a shell and more); what those would generate and the image needs (the CA bundle)
@@ -147,7 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := writeArchive(*out, img, created); err != nil {
+	if err := writeArchive(*out, work, img, created); err != nil {
 		return fail(fmt.Errorf("writing %s: %w", *out, err))
 	}
 	st, err := os.Stat(*out)
@@ -251,8 +255,8 @@ func describeLayers(layers []*layerTree) string {
 func printSummary(w io.Writer, out string, size int64, img *builtImage, layers []*layerTree) {
 	fmt.Fprintf(w, "image    %s\n", img.ref)
 	fmt.Fprintf(w, "archive  %s (%s)\n", out, mib(size))
-	fmt.Fprintf(w, "digest   %s (manifest)\n", img.manifest.digest)
-	fmt.Fprintf(w, "image ID %s (config)\n", img.config.digest)
+	fmt.Fprintf(w, "digest   %s (manifest)\n", img.digest)
+	fmt.Fprintf(w, "image ID %s (config)\n", img.configID)
 	var comp, uncomp int64
 	for i, l := range img.layers {
 		comp += l.size

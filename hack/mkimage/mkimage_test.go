@@ -21,6 +21,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 // TestSpecMatchesDockerfile: packaging/Dockerfile configures the image as the spec does,
@@ -354,13 +360,16 @@ func TestImage(t *testing.T) {
 	}
 
 	files := readTar(t, bytes.NewReader(a))
-	var idx index
+	var idx v1.IndexManifest
 	mustJSON(t, files["index.json"], &idx)
 	if len(idx.Manifests) != 1 || idx.Manifests[0].Annotations["io.containerd.image.name"] != "localhost/test/app:v1" ||
-		idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "v1" || idx.Manifests[0].Platform.Architecture != "amd64" {
-		t.Errorf("index.json = %s", files["index.json"])
+		idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "v1" || idx.Manifests[0].Platform == nil ||
+		idx.Manifests[0].Platform.Architecture != "amd64" || idx.Manifests[0].Platform.OS != "linux" ||
+		idx.Manifests[0].MediaType != types.OCIManifestSchema1 || idx.Manifests[0].ArtifactType != "" {
+		t.Fatalf("index.json = %s", files["index.json"])
 	}
-	if string(files["oci-layout"]) != `{"imageLayoutVersion":"1.0.0"}` {
+	var layoutFile struct{ ImageLayoutVersion string }
+	if mustJSON(t, files["oci-layout"], &layoutFile); layoutFile.ImageLayoutVersion != "1.0.0" {
 		t.Errorf("oci-layout = %s", files["oci-layout"])
 	}
 	// every blob is named by its digest
@@ -371,22 +380,37 @@ func TestImage(t *testing.T) {
 			}
 		}
 	}
-	var m manifest
+	if !strings.Contains(summary, "digest   "+idx.Manifests[0].Digest.String()+" (manifest)") {
+		t.Errorf("the summary's digest is not the manifest's %s:\n%s", idx.Manifests[0].Digest, summary)
+	}
+	var m v1.Manifest
 	mustJSON(t, files[blobPath(idx.Manifests[0].Digest)], &m)
-	var cfg imageConfig
+	if m.MediaType != types.OCIManifestSchema1 || m.Config.MediaType != types.OCIConfigJSON {
+		t.Errorf("manifest media type %s, config %s", m.MediaType, m.Config.MediaType)
+	}
+	if !strings.Contains(summary, "image ID "+m.Config.Digest.String()+" (config)") {
+		t.Errorf("the summary's image ID is not the config's %s:\n%s", m.Config.Digest, summary)
+	}
+	var cfg v1.ConfigFile
 	mustJSON(t, files[blobPath(m.Config.Digest)], &cfg)
-	if !slices.Equal(cfg.Config.Entrypoint, []string{"/usr/bin/app"}) || cfg.Created != "2023-11-14T22:13:20Z" ||
+	if !slices.Equal(cfg.Config.Entrypoint, []string{"/usr/bin/app"}) || !cfg.Created.Equal(time.Unix(1700000000, 0)) ||
+		cfg.Architecture != "amd64" || cfg.OS != "linux" || cfg.RootFS.Type != "layers" ||
 		cfg.Config.Labels["org.opencontainers.image.version"] != "v1" || cfg.Config.Labels["org.opencontainers.image.source"] != "https://example.org/app" ||
-		cfg.Config.Labels["org.opencontainers.image.created"] != cfg.Created || m.Annotations["org.opencontainers.image.version"] != "v1" {
+		cfg.Config.Labels["org.opencontainers.image.created"] != "2023-11-14T22:13:20Z" || m.Annotations["org.opencontainers.image.version"] != "v1" {
 		t.Errorf("config %+v, manifest annotations %v", cfg, m.Annotations)
 	}
-	var dm []dockerManifest
+	var dm tarball.Manifest
 	mustJSON(t, files["manifest.json"], &dm)
 	if len(dm) != 1 || dm[0].Config != blobPath(m.Config.Digest) || !slices.Equal(dm[0].RepoTags, []string{"localhost/test/app:v1"}) || len(dm[0].Layers) != 2 {
 		t.Errorf("manifest.json = %s", files["manifest.json"])
 	}
-	if len(m.Layers) != 2 || len(cfg.RootFS.DiffIDs) != 2 {
-		t.Fatalf("%d layers, %d diff IDs", len(m.Layers), len(cfg.RootFS.DiffIDs))
+	if len(m.Layers) != 2 || len(cfg.RootFS.DiffIDs) != 2 || len(cfg.History) != 2 {
+		t.Fatalf("%d layers, %d diff IDs, %d history rows", len(m.Layers), len(cfg.RootFS.DiffIDs), len(cfg.History))
+	}
+	for i, l := range m.Layers {
+		if dm[0].Layers[i] != blobPath(l.Digest) || l.MediaType != types.OCILayer {
+			t.Errorf("layer %d: %s %s, manifest.json names %s", i, l.MediaType, l.Digest, dm[0].Layers[i])
+		}
 	}
 	layers := make([]map[string]*tar.Header, 2)
 	contents := map[string][]byte{}
@@ -399,7 +423,7 @@ func TestImage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != cfg.RootFS.DiffIDs[i] {
+		if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != cfg.RootFS.DiffIDs[i].Hex {
 			t.Errorf("layer %d: diff ID %s, content sha256:%x", i, cfg.RootFS.DiffIDs[i], sum)
 		}
 		layers[i] = map[string]*tar.Header{}
@@ -480,6 +504,216 @@ func TestImage(t *testing.T) {
 					t.Errorf("rootfs %s differs from the archive", name)
 				}
 			}
+		}
+	}
+}
+
+// TestImageReproducible: two builds of the same inputs, in other directories, give the
+// same bytes; another SOURCE_DATE_EPOCH gives another image.
+func TestImageReproducible(t *testing.T) {
+	dir, spec, debs := testImage(t)
+	var outs []string
+	var summaries []string
+	for i, sub := range []string{"a", "b/c"} {
+		out := filepath.Join(dir, sub, fmt.Sprintf("image-%d.tar", i))
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s := build(t, dir, spec, debs, out)
+		outs = append(outs, out)
+		summaries = append(summaries, digestLines(s))
+	}
+	a, err := os.ReadFile(outs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(outs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Errorf("two builds of the same inputs differ (%d and %d bytes)", len(a), len(b))
+	}
+	if summaries[0] != summaries[1] || !strings.Contains(summaries[0], "digest   sha256:") {
+		t.Errorf("summaries differ:\n%s\n%s", summaries[0], summaries[1])
+	}
+	// nothing but the archive is left beside it
+	for _, d := range []string{filepath.Dir(outs[0]), filepath.Dir(outs[1])} {
+		if ents, _ := os.ReadDir(d); len(ents) != 1 {
+			t.Errorf("%s holds %d entries, want only the archive", d, len(ents))
+		}
+	}
+	later := filepath.Join(dir, "later.tar")
+	if s := build(t, dir, spec, debs, later, "--source-date-epoch", "1700000001"); digestLines(s) == summaries[0] {
+		t.Errorf("another SOURCE_DATE_EPOCH gives the same image:\n%s", s)
+	}
+}
+
+// digestLines returns the summary's digest and image ID lines.
+func digestLines(summary string) string {
+	var out []string
+	for _, l := range strings.Split(summary, "\n") {
+		if strings.HasPrefix(l, "digest ") || strings.HasPrefix(l, "image ID ") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestImageReadBack: go-containerregistry reads the archive back, as an OCI image
+// layout and as a `docker save` tarball, as the same valid image; its layers are
+// writeLayer's bytes.
+func TestImageReadBack(t *testing.T) {
+	dir, spec, debs := testImage(t)
+	archive := filepath.Join(dir, "image.tar")
+	summary := build(t, dir, spec, debs, archive, "--label", "com.example.note=not an annotation")
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "layout")
+	for name, content := range readTar(t, bytes.NewReader(data)) {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if strings.HasSuffix(name, "/") {
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	lp, err := layout.FromPath(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ii, err := lp.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Index(ii); err != nil {
+		t.Errorf("validate.Index: %v", err)
+	}
+	im, err := ii.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) != 1 {
+		t.Fatalf("index.json lists %d manifests", len(im.Manifests))
+	}
+	desc := im.Manifests[0]
+	if want := map[string]string{"io.containerd.image.name": "localhost/test/app:v1", "org.opencontainers.image.ref.name": "v1"}; !reflect.DeepEqual(desc.Annotations, want) {
+		t.Errorf("index annotations %v, want %v", desc.Annotations, want)
+	}
+	if desc.Platform == nil || desc.Platform.String() != "linux/amd64" {
+		t.Errorf("index platform %v", desc.Platform)
+	}
+	img, err := ii.Image(desc.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(img); err != nil {
+		t.Errorf("validate.Image: %v", err)
+	}
+	if d, err := img.Digest(); err != nil || d != desc.Digest || !strings.Contains(summary, "digest   "+d.String()+" (manifest)") {
+		t.Errorf("image digest %s (%v), index %s, summary:\n%s", d, err, desc.Digest, summary)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAnn := map[string]string{
+		"org.opencontainers.image.source":  "https://example.org/app",
+		"org.opencontainers.image.version": "v1",
+		"org.opencontainers.image.created": "2023-11-14T22:13:20Z",
+	}
+	if m.MediaType != types.OCIManifestSchema1 || m.Config.MediaType != types.OCIConfigJSON || !reflect.DeepEqual(m.Annotations, wantAnn) {
+		t.Errorf("manifest %s, config %s, annotations %v; want annotations %v", m.MediaType, m.Config.MediaType, m.Annotations, wantAnn)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Unix(1700000000, 0)
+	if !cf.Created.Equal(created) || cf.Architecture != "amd64" || cf.OS != "linux" ||
+		!slices.Equal(cf.Config.Entrypoint, []string{"/usr/bin/app"}) || !slices.Equal(cf.Config.Env, []string{"PATH=/usr/bin"}) ||
+		cf.Config.Labels["com.example.note"] != "not an annotation" || cf.Config.Labels["org.opencontainers.image.version"] != "v1" {
+		t.Errorf("config %+v", cf)
+	}
+	wantHistory := []string{"layer base: 26 files from 2 Debian packages", "layer app: 3 files"}
+	if len(cf.History) != len(wantHistory) {
+		t.Fatalf("history %+v", cf.History)
+	}
+	for i, h := range cf.History {
+		if h.Comment != wantHistory[i] || h.CreatedBy != "baremetal-ccm hack/mkimage" || !h.Created.Equal(created) || h.EmptyLayer {
+			t.Errorf("history[%d] = %+v, want comment %q", i, h, wantHistory[i])
+		}
+	}
+
+	// The layers are writeLayer's files, byte for byte.
+	s, err := LoadSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.resolveSrc(dir)
+	trees, err := assemble(context.Background(), s, debs, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layers) != len(trees) || len(cf.RootFS.DiffIDs) != len(trees) {
+		t.Fatalf("%d layers, %d diff IDs, want %d", len(layers), len(cf.RootFS.DiffIDs), len(trees))
+	}
+	for i, l := range layers {
+		file, _, err := writeLayer(trees[i], created, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(want)
+		d, _ := l.Digest()
+		size, _ := l.Size()
+		mt, _ := l.MediaType()
+		if d.Hex != hex.EncodeToString(sum[:]) || size != int64(len(want)) || mt != types.OCILayer {
+			t.Errorf("layer %d: %s %s, %d bytes; writeLayer wrote sha256:%x, %d bytes", i, mt, d, size, sum, len(want))
+		}
+		if want := fmt.Sprintf("%s compressed", mib(size)); !strings.Contains(summary, want) {
+			t.Errorf("summary lacks %q:\n%s", want, summary)
+		}
+	}
+
+	// The docker save view (manifest.json) is the same image: same config, same layers.
+	dimg, err := tarball.ImageFromPath(archive, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(dimg); err != nil {
+		t.Errorf("validate.Image (manifest.json): %v", err)
+	}
+	id, _ := img.ConfigName()
+	if did, err := dimg.ConfigName(); err != nil || did != id || !strings.Contains(summary, "image ID "+id.String()+" (config)") {
+		t.Errorf("manifest.json's config %s (%v), the layout's %s; summary:\n%s", did, err, id, summary)
+	}
+	dlayers, err := dimg.Layers()
+	if err != nil || len(dlayers) != len(layers) {
+		t.Fatalf("manifest.json: %d layers (%v), want %d", len(dlayers), err, len(layers))
+	}
+	for i := range layers {
+		d1, _ := layers[i].Digest()
+		d2, _ := dlayers[i].Digest()
+		if d1 != d2 {
+			t.Errorf("layer %d: %s in the layout, %s in manifest.json", i, d1, d2)
 		}
 	}
 }

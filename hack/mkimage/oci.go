@@ -3,136 +3,49 @@ package main
 import (
 	"archive/tar"
 	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// Media types of the OCI image specification.
-const (
-	mediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
-	mediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
-	mediaTypeConfig   = "application/vnd.oci.image.config.v1+json"
-	mediaTypeLayer    = "application/vnd.oci.image.layer.v1.tar+gzip"
-)
+// byteCounter counts what is written to it.
+type byteCounter int64
 
-type descriptor struct {
-	MediaType   string            `json:"mediaType"`
-	Digest      string            `json:"digest"`
-	Size        int64             `json:"size"`
-	Platform    *platform         `json:"platform,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
+func (c *byteCounter) Write(p []byte) (int, error) {
+	*c += byteCounter(len(p))
+	return len(p), nil
 }
 
-type platform struct {
-	Architecture string `json:"architecture"`
-	OS           string `json:"os"`
-}
-
-type index struct {
-	SchemaVersion int          `json:"schemaVersion"`
-	MediaType     string       `json:"mediaType"`
-	Manifests     []descriptor `json:"manifests"`
-}
-
-type manifest struct {
-	SchemaVersion int               `json:"schemaVersion"`
-	MediaType     string            `json:"mediaType"`
-	Config        descriptor        `json:"config"`
-	Layers        []descriptor      `json:"layers"`
-	Annotations   map[string]string `json:"annotations,omitempty"`
-}
-
-type imageConfig struct {
-	Created      string       `json:"created"`
-	Architecture string       `json:"architecture"`
-	OS           string       `json:"os"`
-	Config       runConfig    `json:"config"`
-	RootFS       rootFS       `json:"rootfs"`
-	History      []historyRow `json:"history"`
-}
-
-type runConfig struct {
-	User       string            `json:"User,omitempty"`
-	Env        []string          `json:"Env,omitempty"`
-	Entrypoint []string          `json:"Entrypoint,omitempty"`
-	Cmd        []string          `json:"Cmd,omitempty"`
-	WorkingDir string            `json:"WorkingDir,omitempty"`
-	Labels     map[string]string `json:"Labels,omitempty"`
-}
-
-type rootFS struct {
-	Type    string   `json:"type"`
-	DiffIDs []string `json:"diff_ids"`
-}
-
-type historyRow struct {
-	Created   string `json:"created"`
-	CreatedBy string `json:"created_by"`
-	Comment   string `json:"comment,omitempty"`
-}
-
-// dockerManifest is one entry of the manifest.json of `docker save`, which `docker
-// load` (before Docker 25) and `podman load` read; the same archive is an OCI image
-// layout (index.json) for containerd and newer Docker.
-type dockerManifest struct {
-	Config   string
-	RepoTags []string
-	Layers   []string
-}
-
-// blob is a content-addressed file in the build directory.
-type blob struct {
-	digest string // sha256:<hex>
-	size   int64
-	file   string
-}
-
-// layerBlob is a compressed layer.
-type layerBlob struct {
-	blob
-	diffID           string // digest of the uncompressed tar
-	uncompressedSize int64
-}
-
-// countingWriter counts and hashes what passes through it.
-type countingWriter struct {
-	h hash.Hash
-	n int64
-}
-
-func newCountingWriter() *countingWriter { return &countingWriter{h: sha256.New()} }
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	c.n += int64(len(p))
-	return c.h.Write(p)
-}
-
-func (c *countingWriter) digest() string { return "sha256:" + hex.EncodeToString(c.h.Sum(nil)) }
-
-// writeLayer writes the layer as a gzip-compressed tar into dir, reproducibly: path
-// order, the given modification time on every entry, numeric owners only, no other
-// metadata; gzip without name or time.
-func writeLayer(t *layerTree, mtime time.Time, dir string) (layerBlob, error) {
+// writeLayer writes the layer as a gzip-compressed tar into a new file in dir,
+// reproducibly: path order, the given modification time on every entry, numeric owners
+// only, no other metadata; gzip without name or time. It returns the file and the size
+// of the uncompressed tar.
+func writeLayer(t *layerTree, mtime time.Time, dir string) (file string, uncompressed int64, err error) {
 	f, err := os.CreateTemp(dir, "layer-*")
 	if err != nil {
-		return layerBlob{}, err
+		return "", 0, err
 	}
 	defer f.Close()
-	compressed, uncompressed := newCountingWriter(), newCountingWriter()
-	gz, err := gzip.NewWriterLevel(io.MultiWriter(f, compressed), gzip.BestCompression)
+	gz, err := gzip.NewWriterLevel(f, gzip.BestCompression)
 	if err != nil {
-		return layerBlob{}, err
+		return "", 0, err
 	}
-	tw := tar.NewWriter(io.MultiWriter(gz, uncompressed))
+	var n byteCounter
+	tw := tar.NewWriter(io.MultiWriter(gz, &n))
 	for _, e := range t.sorted() {
 		h := &tar.Header{
 			Name: strings.TrimPrefix(e.path, "/"), Typeflag: e.typeflag, Mode: e.mode,
@@ -147,27 +60,21 @@ func writeLayer(t *layerTree, mtime time.Time, dir string) (layerBlob, error) {
 			h.Size = e.size
 		}
 		if err := tw.WriteHeader(h); err != nil {
-			return layerBlob{}, fmt.Errorf("layer %s: %s: %w", t.name, e.path, err)
+			return "", 0, fmt.Errorf("layer %s: %s: %w", t.name, e.path, err)
 		}
 		if e.typeflag == tar.TypeReg {
 			if err := copyContent(tw, e); err != nil {
-				return layerBlob{}, fmt.Errorf("layer %s: %s: %w", t.name, e.path, err)
+				return "", 0, fmt.Errorf("layer %s: %s: %w", t.name, e.path, err)
 			}
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return layerBlob{}, err
+		return "", 0, err
 	}
 	if err := gz.Close(); err != nil {
-		return layerBlob{}, err
+		return "", 0, err
 	}
-	if err := f.Close(); err != nil {
-		return layerBlob{}, err
-	}
-	return layerBlob{
-		blob:   blob{digest: compressed.digest(), size: compressed.n, file: f.Name()},
-		diffID: uncompressed.digest(), uncompressedSize: uncompressed.n,
-	}, nil
+	return f.Name(), int64(n), f.Close()
 }
 
 func copyContent(w io.Writer, e *entry) error {
@@ -183,87 +90,83 @@ func copyContent(w io.Writer, e *entry) error {
 	return err
 }
 
-// writeJSONBlob stores v as a JSON blob in dir.
-func writeJSONBlob(dir string, v any) (blob, error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return blob{}, err
-	}
-	sum := sha256.Sum256(data)
-	b := blob{digest: "sha256:" + hex.EncodeToString(sum[:]), size: int64(len(data)), file: filepath.Join(dir, hex.EncodeToString(sum[:]))}
-	return b, os.WriteFile(b.file, data, 0o644)
-}
-
 // builtImage is the result of buildOCI.
 type builtImage struct {
-	ref            string
-	manifest       blob
-	config         blob
-	layers         []layerBlob
-	index          []byte
-	dockerManifest []byte
+	ref      string
+	arch     string
+	image    v1.Image
+	digest   v1.Hash // of the manifest
+	configID v1.Hash // digest of the config: the image ID
+	layers   []builtLayer
 }
 
-// buildOCI writes the layers, the config and the manifest as blobs into dir.
+type builtLayer struct {
+	digest           v1.Hash
+	size             int64 // compressed
+	uncompressedSize int64
+}
+
+// buildOCI writes the layers into dir and assembles the image (config, manifest) with
+// go-containerregistry. The compressed layers are used as they are: their bytes, and so
+// their digests, are writeLayer's.
 func buildOCI(layers []*layerTree, s *Spec, ref, arch string, created time.Time, labels map[string]string, dir string) (*builtImage, error) {
-	img := &builtImage{ref: ref}
-	ts := created.UTC().Format(time.RFC3339)
-	cfg := imageConfig{
+	ts := v1.Time{Time: created.UTC()}
+	base, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
 		Created: ts, Architecture: arch, OS: "linux",
-		Config: runConfig{
+		Config: v1.Config{
 			User: s.Config.User, Env: s.Config.Env, Entrypoint: s.Config.Entrypoint, Cmd: s.Config.Cmd,
 			WorkingDir: s.Config.WorkingDir, Labels: labels,
 		},
-		RootFS: rootFS{Type: "layers"},
+		RootFS: v1.RootFS{Type: "layers"},
+	})
+	if err != nil {
+		return nil, err
 	}
+	built := &builtImage{ref: ref, arch: arch}
+	var adds []mutate.Addendum
 	for _, l := range layers {
-		lb, err := writeLayer(l, created, dir)
+		file, unpacked, err := writeLayer(l, created, dir)
 		if err != nil {
 			return nil, err
 		}
-		img.layers = append(img.layers, lb)
-		cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, lb.diffID)
+		// go-containerregistry sees the gzip header and keeps the compressed bytes as
+		// they are; the manifest's descriptor takes the layer's media type.
+		layer, err := tarball.LayerFromFile(file, tarball.WithMediaType(types.OCILayer))
+		if err != nil {
+			return nil, fmt.Errorf("layer %s: %w", l.name, err)
+		}
+		bl := builtLayer{uncompressedSize: unpacked}
+		if bl.digest, err = layer.Digest(); err != nil {
+			return nil, err
+		}
+		if bl.size, err = layer.Size(); err != nil {
+			return nil, err
+		}
+		built.layers = append(built.layers, bl)
 		what := fmt.Sprintf("layer %s: %d files", l.name, len(l.entries))
 		if len(l.debs) > 0 {
 			what += fmt.Sprintf(" from %d Debian packages", len(l.debs))
 		}
-		cfg.History = append(cfg.History, historyRow{Created: ts, CreatedBy: "baremetal-ccm hack/mkimage", Comment: what})
+		adds = append(adds, mutate.Addendum{
+			Layer:   layer,
+			History: v1.History{Created: ts, CreatedBy: "baremetal-ccm hack/mkimage", Comment: what},
+		})
 	}
-	var err error
-	if img.config, err = writeJSONBlob(dir, cfg); err != nil {
-		return nil, err
-	}
-	m := manifest{
-		SchemaVersion: 2, MediaType: mediaTypeManifest,
-		Config:      descriptor{MediaType: mediaTypeConfig, Digest: img.config.digest, Size: img.config.size},
-		Annotations: ociAnnotations(labels),
-	}
-	for _, l := range img.layers {
-		m.Layers = append(m.Layers, descriptor{MediaType: mediaTypeLayer, Digest: l.digest, Size: l.size})
-	}
-	if img.manifest, err = writeJSONBlob(dir, m); err != nil {
-		return nil, err
-	}
-	_, tag := splitRef(ref)
-	img.index, err = json.Marshal(index{SchemaVersion: 2, MediaType: mediaTypeIndex, Manifests: []descriptor{{
-		MediaType: mediaTypeManifest, Digest: img.manifest.digest, Size: img.manifest.size,
-		Platform: &platform{Architecture: arch, OS: "linux"},
-		Annotations: map[string]string{
-			// containerd (ctr images import) and Docker >= 25 name the image from this
-			"io.containerd.image.name": ref,
-			// the OCI image layout's tag
-			"org.opencontainers.image.ref.name": tag,
-		},
-	}}})
+	img, err := mutate.Append(base, adds...)
 	if err != nil {
 		return nil, err
 	}
-	dm := dockerManifest{Config: blobPath(img.config.digest), RepoTags: []string{ref}}
-	for _, l := range img.layers {
-		dm.Layers = append(dm.Layers, blobPath(l.digest))
+	img = mutate.MediaType(img, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	img = mutate.Annotations(img, ociAnnotations(labels)).(v1.Image)
+	built.image = img
+	if built.digest, err = img.Digest(); err != nil {
+		return nil, err
 	}
-	img.dockerManifest, err = json.Marshal([]dockerManifest{dm})
-	return img, err
+	if built.configID, err = img.ConfigName(); err != nil {
+		return nil, err
+	}
+	return built, nil
 }
 
 // ociAnnotations returns the org.opencontainers.image.* labels, which the manifest
@@ -281,7 +184,7 @@ func ociAnnotations(labels map[string]string) map[string]string {
 	return out
 }
 
-func blobPath(digest string) string { return "blobs/sha256/" + strings.TrimPrefix(digest, "sha256:") }
+func blobPath(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
 
 // splitRef splits "name:tag" (the name may hold a registry port).
 func splitRef(ref string) (name, tag string) {
@@ -292,9 +195,96 @@ func splitRef(ref string) (name, tag string) {
 	return ref[:i], ref[i+1:]
 }
 
-// writeArchive writes the OCI image layout (with docker's manifest.json) as a tar file,
-// atomically, with mtime on every entry.
-func writeArchive(out string, img *builtImage, mtime time.Time) error {
+// plainDescriptor is an image whose descriptor has no artifactType: go-containerregistry
+// gives an image's descriptor the config's media type as artifactType, which says
+// nothing more for an image and makes index.json longer (with a long reference, by a
+// tar block).
+type plainDescriptor struct{ v1.Image }
+
+func (p plainDescriptor) Descriptor() (*v1.Descriptor, error) {
+	d, err := partial.Descriptor(p.Image)
+	if err != nil {
+		return nil, err
+	}
+	d.ArtifactType = ""
+	return d, nil
+}
+
+// writeLayout writes the image as an OCI image layout into dir (which must not exist
+// or be empty): oci-layout, index.json naming the image, and the blobs.
+func writeLayout(dir string, img *builtImage) error {
+	_, tag := splitRef(img.ref)
+	idx := mutate.AppendManifests(empty.Index, mutate.IndexAddendum{
+		Add: plainDescriptor{img.image},
+		Descriptor: v1.Descriptor{
+			Platform: &v1.Platform{Architecture: img.arch, OS: "linux"},
+			Annotations: map[string]string{
+				// containerd (ctr images import) and Docker >= 25 name the image from this
+				"io.containerd.image.name": img.ref,
+				// the OCI image layout's tag
+				"org.opencontainers.image.ref.name": tag,
+			},
+		},
+	})
+	_, err := layout.Write(dir, idx)
+	return err
+}
+
+// dockerManifest returns the manifest.json of `docker save`, which `docker load`
+// (before Docker 25) and `podman load` read; it names the layout's blobs.
+func dockerManifest(img *builtImage) ([]byte, error) {
+	d := tarball.Descriptor{Config: blobPath(img.configID), RepoTags: []string{img.ref}}
+	for _, l := range img.layers {
+		d.Layers = append(d.Layers, blobPath(l.digest))
+	}
+	return json.Marshal(tarball.Manifest{d})
+}
+
+// writeArchive writes the image as one tar file, atomically: an OCI image layout
+// (written by go-containerregistry into work) with docker's manifest.json beside it,
+// in name order, with mtime on every entry, numeric owners and modes 0644 and 0755.
+func writeArchive(out, work string, img *builtImage, mtime time.Time) error {
+	dir := filepath.Join(work, "layout")
+	if err := writeLayout(dir, img); err != nil {
+		return err
+	}
+	dm, err := dockerManifest(img)
+	if err != nil {
+		return err
+	}
+	type file struct {
+		name string // with a trailing / for a directory
+		src  string // the file, or
+		data []byte // its content
+	}
+	files := []file{{name: "manifest.json", data: dm}}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		switch {
+		case d.IsDir():
+			files = append(files, file{name: name + "/"})
+		case d.Type().IsRegular():
+			if name == "manifest.json" {
+				return fmt.Errorf("the layout has a manifest.json")
+			}
+			files = append(files, file{name: name, src: p})
+		default:
+			return fmt.Errorf("%s: not a file or a directory", p)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+
 	tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*")
 	if err != nil {
 		return err
@@ -302,42 +292,28 @@ func writeArchive(out string, img *builtImage, mtime time.Time) error {
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	tw := tar.NewWriter(tmp)
-	type file struct {
-		name string
-		data []byte
-		src  string
-		size int64
-	}
-	files := []file{
-		{name: "index.json", data: img.index},
-		{name: "manifest.json", data: img.dockerManifest},
-		{name: "oci-layout", data: []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-	}
-	seen := map[string]bool{}
-	for _, b := range append([]blob{img.config, img.manifest}, layerBlobs(img.layers)...) {
-		if !seen[b.digest] {
-			seen[b.digest] = true
-			files = append(files, file{name: blobPath(b.digest), src: b.file, size: b.size})
-		}
-	}
-	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
-	for _, d := range []string{"blobs/", "blobs/sha256/"} {
-		if err := tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755, ModTime: mtime}); err != nil {
-			return err
-		}
-	}
 	for _, f := range files {
-		size := f.size
-		if f.src == "" {
-			size = int64(len(f.data))
+		h := &tar.Header{Name: f.name, Typeflag: tar.TypeReg, Mode: 0o644, ModTime: mtime}
+		switch {
+		case strings.HasSuffix(f.name, "/"):
+			h.Typeflag, h.Mode = tar.TypeDir, 0o755
+		case f.src != "":
+			st, err := os.Stat(f.src)
+			if err != nil {
+				return err
+			}
+			h.Size = st.Size()
+		default:
+			h.Size = int64(len(f.data))
 		}
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: size, ModTime: mtime}); err != nil {
+		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		if f.src == "" {
+		switch {
+		case f.src != "":
+			err = copyContent(tw, &entry{src: f.src, size: h.Size})
+		case f.data != nil:
 			_, err = tw.Write(f.data)
-		} else {
-			err = copyContent(tw, &entry{src: f.src, size: f.size})
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)
@@ -353,12 +329,4 @@ func writeArchive(out string, img *builtImage, mtime time.Time) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), out)
-}
-
-func layerBlobs(ls []layerBlob) []blob {
-	out := make([]blob, len(ls))
-	for i, l := range ls {
-		out[i] = l.blob
-	}
-	return out
 }
