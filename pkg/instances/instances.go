@@ -266,7 +266,11 @@ func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *invento
 		return false, "", nil
 	}
 	since, ok := powermon.OffSince(node, i.policy.Clock.Now(), i.policy.maxUnobserved())
-	if !ok || i.policy.Clock.Since(since) < i.policy.DeleteAfter {
+	from := since
+	if ended := maintenance.Ended(node); ended.After(from) {
+		from = ended // off time counts from the end of the Node's maintenance
+	}
+	if !ok || i.policy.Clock.Since(from) < i.policy.DeleteAfter {
 		return false, "", nil
 	}
 	target, ok := bmc.TargetFor(host, i.policy.DefaultCA)

@@ -561,6 +561,13 @@ func TestDeleteAfterPolicy(t *testing.T) {
 			t.Fatalf("Node with %s True: %v, %v (budget asked for %v)", typ, exists, err, inv.budget)
 		}
 	}
+	// A maintenance that ended 5 minutes ago: off time counts from then (under 30m).
+	ended := node("2026-11-22T11:00:00Z")
+	ended.Status.Conditions = append(ended.Status.Conditions, v1.NodeCondition{Type: v1.NodeMaintenanceInProgress, Status: v1.ConditionFalse, LastTransitionTime: metav1.NewTime(clk.Now().Add(-5 * time.Minute))})
+	inv.budget = nil
+	if exists, err := inst.InstanceExists(ctx, ended); !exists || err != nil || len(inv.budget) != 0 {
+		t.Fatalf("Node whose maintenance ended 5m ago: %v, %v (budget asked for %v)", exists, err, inv.budget)
+	}
 	// So does the label baremetal-ccm.io/exclude-from-remediation=true.
 	excluded := node("2026-11-22T11:00:00Z")
 	excluded.Labels = map[string]string{maintenance.ExcludeLabel: "true"}

@@ -12,6 +12,8 @@ package maintenance
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -19,9 +21,10 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
 
-// ExcludeLabel with the value "true" opts a Node out of remediation (as medik8s Node
-// Health Check's exclude-from-remediation label does): no out-of-service taint and no
-// deletion under deleteAfter, and no budget spent on it.
+// ExcludeLabel opts a Node out of remediation (as medik8s Node Health Check's
+// exclude-from-remediation label does): no out-of-service taint, no deletion under
+// deleteAfter, no budget spent on it. It counts when present with any value but a false
+// one ("false", "0", "f", ...: see strconv.ParseBool), so "yes" does not fail open.
 const ExcludeLabel = "baremetal-ccm.io/exclude-from-remediation"
 
 // ErrExcluded: the Node carries ExcludeLabel.
@@ -41,6 +44,22 @@ func Condition(node *v1.Node) (v1.NodeCondition, bool) {
 		}
 	}
 	return v1.NodeCondition{}, false
+}
+
+// Ended returns when a lifecycle condition that exempts node while True last stopped
+// doing so: the latest LastTransitionTime of a MaintenanceInProgress or
+// MaintenancePlanned condition that is not True (zero when there is none). The
+// power-off policies count off time only from then, so a host left off through its
+// maintenance is not fenced or deleted the moment the maintenance ends. (A condition
+// that was removed, or the label, leaves no such time.)
+func Ended(node *v1.Node) time.Time {
+	var t time.Time
+	for _, c := range node.Status.Conditions {
+		if slices.Contains(Conditions, c.Type) && c.Status != v1.ConditionTrue && c.LastTransitionTime.After(t) {
+			t = c.LastTransitionTime.Time
+		}
+	}
+	return t
 }
 
 // Of returns nil when no lifecycle condition puts node in maintenance, else an error
@@ -73,8 +92,18 @@ func Remediation(node *v1.Node) error {
 	if err := Of(node); err != nil {
 		return err
 	}
-	if node.Labels[ExcludeLabel] == "true" {
-		return fmt.Errorf("%w: the Node has the label %s=true", ErrExcluded, ExcludeLabel)
+	if Excluded(node) {
+		return fmt.Errorf("%w: the Node has the label %s=%q", ErrExcluded, ExcludeLabel, node.Labels[ExcludeLabel])
 	}
 	return nil
+}
+
+// Excluded reports whether node carries ExcludeLabel with a value that is not false.
+func Excluded(node *v1.Node) bool {
+	v, ok := node.Labels[ExcludeLabel]
+	if !ok {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	return err != nil || b
 }

@@ -59,14 +59,37 @@ func TestRemediation(t *testing.T) {
 	if err := Remediation(node(nil)); err != nil {
 		t.Errorf("plain Node: %v", err)
 	}
-	if err := Remediation(node(map[string]string{ExcludeLabel: "false"})); err != nil {
-		t.Errorf("label false: %v", err)
+	for _, v := range []string{"false", "0", "False"} {
+		if err := Remediation(node(map[string]string{ExcludeLabel: v})); err != nil {
+			t.Errorf("label %q: %v", v, err)
+		}
 	}
-	if err := Remediation(node(map[string]string{ExcludeLabel: "true"})); !errors.Is(err, ErrExcluded) || !strings.Contains(err.Error(), ExcludeLabel) {
-		t.Errorf("label true: %v, want ErrExcluded naming the label", err)
+	for _, v := range []string{"true", "yes", "", "1"} {
+		if err := Remediation(node(map[string]string{ExcludeLabel: v})); !errors.Is(err, ErrExcluded) || !strings.Contains(err.Error(), ExcludeLabel) {
+			t.Errorf("label %q: %v, want ErrExcluded naming the label", v, err)
+		}
 	}
 	in := v1.NodeCondition{Type: v1.NodeMaintenanceInProgress, Status: v1.ConditionTrue}
 	if err := Remediation(node(nil, in)); !errors.Is(err, inventory.ErrMaintenance) {
 		t.Errorf("MaintenanceInProgress: %v, want ErrMaintenance", err)
+	}
+}
+
+func TestEnded(t *testing.T) {
+	at := func(m int) metav1.Time { return metav1.NewTime(time.Date(2026, 11, 27, 9, m, 0, 0, time.UTC)) }
+	n := &v1.Node{Status: v1.NodeStatus{Conditions: []v1.NodeCondition{
+		{Type: v1.NodeReady, Status: v1.ConditionFalse, LastTransitionTime: at(50)},
+		{Type: v1.NodeMaintenancePlanned, Status: v1.ConditionFalse, LastTransitionTime: at(10)},
+		{Type: v1.NodeMaintenanceInProgress, Status: v1.ConditionFalse, LastTransitionTime: at(20)},
+	}}}
+	if got := Ended(n); !got.Equal(at(20).Time) {
+		t.Errorf("Ended = %v, want the later maintenance transition %v", got, at(20))
+	}
+	n.Status.Conditions[2].Status = v1.ConditionTrue // in maintenance: Planned's end counts
+	if got := Ended(n); !got.Equal(at(10).Time) {
+		t.Errorf("Ended = %v, want %v", got, at(10))
+	}
+	if got := Ended(&v1.Node{}); !got.IsZero() {
+		t.Errorf("Ended without conditions = %v", got)
 	}
 }

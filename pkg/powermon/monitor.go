@@ -373,6 +373,9 @@ func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *invento
 	switch {
 	case off && !tainted && !isReady(node):
 		t, err := time.Parse(time.RFC3339, since)
+		if ended := maintenance.Ended(node); ended.After(t) {
+			t = ended // off time counts from the end of the Node's maintenance
+		}
 		if err != nil || m.clock.Since(t) < m.cfg.OutOfServiceAfter || host.State == inventory.StateMaintenance || maintenance.Remediation(node) != nil || hasTaint(node, cloudproviderapi.TaintExternalCloudProvider) {
 			return nil
 		}

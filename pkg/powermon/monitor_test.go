@@ -408,7 +408,7 @@ func TestOutOfServiceLifecycleConditionExempt(t *testing.T) {
 					t.Fatal(err)
 				}
 				n.Status.Conditions = append(slices.DeleteFunc(n.Status.Conditions, func(c v1.NodeCondition) bool { return c.Type == typ }),
-					v1.NodeCondition{Type: typ, Status: status, Reason: "FirmwareUpdate"})
+					v1.NodeCondition{Type: typ, Status: status, Reason: "FirmwareUpdate", LastTransitionTime: metav1.NewTime(f.clock.Now())})
 				if n, err = f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
 					t.Fatal(err)
 				}
@@ -419,10 +419,15 @@ func TestOutOfServiceLifecycleConditionExempt(t *testing.T) {
 			if hasTaint(n, v1.TaintNodeOutOfService) || len(f.inv.budget) != 0 {
 				t.Fatalf("%s True: taints %v, budget asked for %v", typ, n.Spec.Taints, f.inv.budget)
 			}
+			// The maintenance ends with the host still off: off time counts from then.
 			setCondition(v1.ConditionFalse)
 			f.clock.Step(11 * time.Second)
+			if n := f.sync(t); hasTaint(n, v1.TaintNodeOutOfService) || len(f.inv.budget) != 0 {
+				t.Fatalf("%s False for 11 s: taints %v, budget asked for %v; want outOfServiceAfter from the end of the maintenance", typ, n.Spec.Taints, f.inv.budget)
+			}
+			f.clock.Step(time.Minute)
 			if n := f.sync(t); !hasTaint(n, v1.TaintNodeOutOfService) || len(f.inv.budget) != 1 {
-				t.Fatalf("%s False: taints %v, budget asked for %v; want fenced", typ, n.Spec.Taints, f.inv.budget)
+				t.Fatalf("%s False for 71 s: taints %v, budget asked for %v; want fenced", typ, n.Spec.Taints, f.inv.budget)
 			}
 		})
 	}

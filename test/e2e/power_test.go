@@ -435,8 +435,9 @@ func TestPowerOffPolicies(t *testing.T) {
 // tainted out-of-service, deleted or counted against the power-off budget: with a
 // budget of 1 host the one Node not in maintenance takes it and is deleted, and no host
 // waits; so is a Node labeled baremetal-ccm.io/exclude-from-remediation=true. explain
-// names the condition. Once MaintenanceInProgress turns False, that
-// Node is under the policies again: the budget is used up, so it waits, with an event.
+// names the condition. Once MaintenanceInProgress turns False, that Node is under the
+// policies again, its off time counted from the end of the maintenance (nothing at
+// once); once that is long enough the budget is used up, so it waits, with an event.
 func TestMaintenanceLifecycleConditions(t *testing.T) {
 	bmcs, inv := redfishHosts(t, "mnt", "10.95.0", 4, nil)
 	l, names := powerLab(t, bmcs, inv, "mnt", "10.95.0", ", powerOffBudget: {maxHosts: 1}")
@@ -475,8 +476,20 @@ func TestMaintenanceLifecycleConditions(t *testing.T) {
 		t.Errorf("explain node mnt-0 does not name the condition:\n%s", out)
 	}
 
-	// Maintenance ends on mnt-0: the policies apply, and the budget (mnt-2's) holds it.
+	// Maintenance ends on mnt-0 with its host still off: off time counts from the end
+	// of the maintenance, so nothing happens at once.
 	setCond("mnt-0", v1.NodeMaintenanceInProgress, v1.ConditionFalse)
+	l.stillThere(5*time.Second, "mnt-0")
+	if n, _ := l.node("mnt-0"); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+		t.Error("mnt-0 was fenced the moment its maintenance ended")
+	}
+	l.waitMetric("baremetal_ccm_power_budget_waiting_hosts 0")
+	// It ended 10 minutes ago: the policies apply, and the budget (mnt-2's) holds it.
+	ended := v1.NodeCondition{Type: v1.NodeMaintenanceInProgress, Status: v1.ConditionFalse, Reason: "Done",
+		LastTransitionTime: metav1.NewTime(time.Now().Add(-10 * time.Minute))}
+	if err := framework.SetNodeCondition(l.ctx, l.cp.Client, "mnt-0", ended); err != nil {
+		t.Fatal(err)
+	}
 	if msg := l.waitEvent("default", "Node", "mnt-0", inventory.ReasonPowerBudget); !strings.Contains(msg, "power-off budget used up") {
 		t.Errorf("%s event on mnt-0: %q", inventory.ReasonPowerBudget, msg)
 	}

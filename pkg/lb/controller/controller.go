@@ -150,12 +150,12 @@ func New(o Options) (*Controller, error) {
 		fence:    o.Fence,
 		clock:    time.Now,
 		pending:  newPendingSet(),
-		own:      newOwnWrites(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](minRetryDelay, maxRetryDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "service"},
 		),
 	}
+	c.own = newOwnWrites(func() time.Time { return c.clock() })
 	_, err := o.Services.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if svc, ok := obj.(*v1.Service); ok && (wantsLoadBalancer(svc) || hasOurs(svc)) {
@@ -165,6 +165,9 @@ func New(o Options) (*Controller, error) {
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*v1.Service)
 			n, ok2 := cur.(*v1.Service)
+			if ok2 {
+				c.own.seen(n.Namespace+"/"+n.Name, n.ResourceVersion)
+			}
 			if ok1 && ok2 && (wantsLoadBalancer(n) || hasOurs(n) || wantsLoadBalancer(o)) && changed(o, n) {
 				c.enqueue(n)
 			}
@@ -174,6 +177,9 @@ func New(o Options) (*Controller, error) {
 			// catches a Service whose finalizer was removed by someone else.
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
+			}
+			if svc, ok := obj.(*v1.Service); ok {
+				c.own.forget(svc.Namespace + "/" + svc.Name)
 			}
 			if svc, ok := obj.(*v1.Service); ok && (wantsLoadBalancer(svc) || hasOurs(svc)) {
 				c.enqueue(svc)

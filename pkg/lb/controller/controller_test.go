@@ -632,3 +632,34 @@ func TestOwnWriteNotRedone(t *testing.T) {
 		t.Errorf("balancer calls %v, want every failed sync retried in full", f.balancer.ensured)
 	}
 }
+
+// TestOwnWritesBounded: an entry goes when the informer shows any other version (also
+// one no handler enqueues), when the Service is gone, and after ownWriteMaxWait (a
+// broken watch does not hold a Service back for ever).
+func TestOwnWritesBounded(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	o := newOwnWrites(func() time.Time { return now })
+	o.wrote("ns/a", trail{"7", "8"})
+	o.seen("ns/a", "8") // a replaced version: kept
+	if !o.replaced("ns/a", "7") {
+		t.Fatal("version 7 not remembered")
+	}
+	o.seen("ns/a", "9") // the informer caught up
+	if o.len() != 0 || o.replaced("ns/a", "7") {
+		t.Fatalf("entry kept after the informer showed version 9 (%d entries)", o.len())
+	}
+	o.wrote("ns/b", trail{"3"})
+	o.forget("ns/b")
+	if o.len() != 0 {
+		t.Fatal("entry kept after the Service was deleted")
+	}
+	o.wrote("ns/c", trail{"5"})
+	now = now.Add(ownWriteMaxWait)
+	if o.replaced("ns/c", "5") || o.len() != 0 {
+		t.Fatalf("entry honored after %v (%d entries)", ownWriteMaxWait, o.len())
+	}
+	o.wrote("ns/d", nil)
+	if o.len() != 0 {
+		t.Fatal("a sync that wrote nothing left an entry")
+	}
+}
