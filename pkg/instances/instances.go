@@ -63,7 +63,7 @@ type Inventory interface {
 	// GoneAllowed returns nil when the deletion guard accepted host's removal.
 	GoneAllowed(host string) error
 	// TakePowerBudget grants host a power-based action within the power-off budget.
-	TakePowerBudget(ctx context.Context, host, kind string) error
+	TakePowerBudget(ctx context.Context, host, kind string, controlPlane bool) error
 }
 
 // EventRecorder records events on Nodes (a subset of record.EventRecorder).
@@ -285,7 +285,7 @@ func (i *Instances) offTooLong(ctx context.Context, node *v1.Node, host *invento
 		i.eventf(node, v1.EventTypeWarning, identity.ReasonMismatch, "Not applying instances.deleteAfter: %v", err)
 		return false, "", err
 	}
-	if err := i.inv.TakePowerBudget(ctx, host.Name, "deleteAfter"); err != nil {
+	if err := i.inv.TakePowerBudget(ctx, host.Name, "deleteAfter", maintenance.ControlPlane(node)); err != nil {
 		if errors.Is(err, inventory.ErrMaintenance) {
 			return false, "", nil // exempt, as in the inventory that is settling
 		}

@@ -62,7 +62,7 @@ type fakeInventory struct {
 
 func (f *fakeInventory) View() (*inventory.View, error) { return f.view, f.viewErr }
 func (f *fakeInventory) GoneAllowed(string) error       { return f.allowErr }
-func (f *fakeInventory) TakePowerBudget(_ context.Context, host, _ string) error {
+func (f *fakeInventory) TakePowerBudget(_ context.Context, host, _ string, _ bool) error {
 	f.budget = append(f.budget, host)
 	if f.allowErr != nil {
 		return f.allowErr

@@ -49,6 +49,9 @@ type Removal struct {
 	At   time.Time `json:"at"`
 	// By is "limits" (within the configured budget) or "acknowledgement <id>".
 	By string `json:"by"`
+	// ControlPlane marks a power-based grant to a control-plane Node's host: at most
+	// one such host holds a grant within the power window.
+	ControlPlane bool `json:"controlPlane,omitempty"`
 }
 
 // byLimits marks a removal or grant counted against the window's budget.

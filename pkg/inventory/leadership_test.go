@@ -53,7 +53,7 @@ func TestNothingDecidedAfterTheTerm(t *testing.T) {
 	f, cs, end := newTermFixture(t)
 	f.setNodes(nodesFor(0, 10)...)
 	f.settle(t, hostsDoc(0, 10))
-	if err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService"); err != nil {
+	if err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService", false); err != nil {
 		t.Fatal(err)
 	}
 	if !f.store.Leading() {
@@ -73,7 +73,7 @@ func TestNothingDecidedAfterTheTerm(t *testing.T) {
 			t.Errorf("GoneAllowed(%s) after the term = %v, want ErrDeletionGuard (not the leader)", h, err)
 		}
 	}
-	if err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService"); !errors.Is(err, ErrDeletionGuard) {
+	if err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService", false); !errors.Is(err, ErrDeletionGuard) {
 		t.Errorf("TakePowerBudget(h1, held grant) after the term = %v, want ErrDeletionGuard", err)
 	}
 	if cs.saves.Load() != saves {
@@ -91,7 +91,7 @@ func TestNothingDecidedAfterTheTerm(t *testing.T) {
 	if err := f.store.GoneAllowed("h0"); err != nil {
 		t.Errorf("GoneAllowed(h0) in the next term = %v", err)
 	}
-	if err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService"); err != nil {
+	if err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService", false); err != nil {
 		t.Errorf("TakePowerBudget(h1) in the next term = %v", err)
 	}
 	if cs.saves.Load() == saves {
@@ -146,7 +146,7 @@ func TestFenceStopsSavesAndGrants(t *testing.T) {
 	}})
 	f.setNodes(nodesFor(0, 10)...)
 	f.settle(t, hostsDoc(0, 10))
-	if err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService"); err != nil {
+	if err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService", false); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -161,7 +161,7 @@ func TestFenceStopsSavesAndGrants(t *testing.T) {
 		t.Errorf("GoneAllowed(h0) = %v, want ErrDeletionGuard", err)
 	}
 	for _, h := range []string{"h1", "h2"} { // a held grant and a new one
-		if err := f.store.TakePowerBudget(f.ctx, h, "outOfService"); !errors.Is(err, ErrDeletionGuard) || !strings.Contains(err.Error(), "replica-b") {
+		if err := f.store.TakePowerBudget(f.ctx, h, "outOfService", false); !errors.Is(err, ErrDeletionGuard) || !strings.Contains(err.Error(), "replica-b") {
 			t.Errorf("TakePowerBudget(%s) = %v, want ErrDeletionGuard naming the fence's answer", h, err)
 		}
 	}

@@ -53,7 +53,7 @@ func TestPowerBudgetIgnoresTripInLoadedState(t *testing.T) {
 	// Another writer (the current leader) saved a trip since this replica's last
 	// decision.
 	f.tripByAnotherWriter(t)
-	err := f.store.TakePowerBudget(f.ctx, "h3", "outOfService")
+	err := f.store.TakePowerBudget(f.ctx, "h3", "outOfService", false)
 	if err == nil {
 		t.Fatal("TakePowerBudget granted a power-based action although the state it loaded holds an inventory trip")
 	}
@@ -83,7 +83,7 @@ func TestPowerBudgetRacesTrip(t *testing.T) {
 	hs.mu.Lock()
 	hs.onSave = func() {
 		// s.mu is held by the deciding reload and the trip is not published yet.
-		go func() { result <- f.store.TakePowerBudget(f.ctx, "h3", "deleteAfter") }()
+		go func() { result <- f.store.TakePowerBudget(f.ctx, "h3", "deleteAfter", false) }()
 		time.Sleep(300 * time.Millisecond) // let it pass Ready() and wait for s.mu
 	}
 	hs.mu.Unlock()
@@ -160,7 +160,7 @@ func TestMaintenanceInSettlingDocument(t *testing.T) {
 	if h.State == StateMaintenance {
 		return
 	}
-	if err := f.store.TakePowerBudget(f.ctx, "h2", "deleteAfter"); err == nil {
+	if err := f.store.TakePowerBudget(f.ctx, "h2", "deleteAfter", false); err == nil {
 		t.Fatalf("the latest inventory puts h2 in maintenance, but the store serves it as %s and grants it a power-based action", h.State)
 	}
 }
@@ -328,11 +328,11 @@ func TestHeldGrantReadsSavedState(t *testing.T) {
 	f := newFixture(t, 10, 25)
 	f.setNodes(nodesFor(0, 20)...)
 	f.settle(t, hostsDoc(0, 20))
-	if err := f.store.TakePowerBudget(f.ctx, "h3", "outOfService"); err != nil {
+	if err := f.store.TakePowerBudget(f.ctx, "h3", "outOfService", false); err != nil {
 		t.Fatal(err)
 	}
 	f.tripByAnotherWriter(t)
-	if err := f.store.TakePowerBudget(f.ctx, "h3", "outOfService"); !errors.Is(err, ErrDeletionGuard) {
+	if err := f.store.TakePowerBudget(f.ctx, "h3", "outOfService", false); !errors.Is(err, ErrDeletionGuard) {
 		t.Fatalf("TakePowerBudget(h3, held grant) = %v, want ErrDeletionGuard: the saved state holds an inventory trip", err)
 	}
 }

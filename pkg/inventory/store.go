@@ -32,8 +32,9 @@ var (
 	// ErrNotAccepted: the host is not in the inventory, but its removal was never
 	// accepted by the guard (within limits or acknowledged).
 	ErrNotAccepted = errors.New("host removal not accepted by the deletion guard")
-	// ErrPowerBudget: the power-off budget over its window is used up; the action waits
-	// for an acknowledgement.
+	// ErrPowerBudget: the power-off budget over its window is used up (or another
+	// control-plane host holds the window's grant); the action waits for an
+	// acknowledgement.
 	ErrPowerBudget = errors.New("power-off budget used up")
 	// ErrMaintenance: the host is in maintenance in the accepted or the latest
 	// inventory, so no power-based action applies to it.
@@ -685,7 +686,11 @@ func (s *Store) applyAcks(ctx context.Context, gs *GuardState, acks []string, no
 // counts), and an inventory that settled since the term started; errors reading or
 // saving the state wrap ErrDeletionGuard: no action without a saved grant. A host in
 // maintenance in the accepted or the latest inventory is refused with ErrMaintenance.
-func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
+// controlPlane says the host runs a control-plane Node: such a host gets a grant only
+// while no other control-plane host holds one within the power window (one at a time,
+// so fencing never takes two members of the control plane, and etcd's quorum, at
+// once); otherwise it waits like a host beyond the budget.
+func (s *Store) TakePowerBudget(ctx context.Context, host, kind string, controlPlane bool) error {
 	if err := s.Ready(); err != nil {
 		return err
 	}
@@ -733,7 +738,7 @@ func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
 		// Saved by another writer (this replica's view of the state is behind).
 		return fmt.Errorf("%w tripped: no power-based action while an inventory change is held (%s)", ErrDeletionGuard, gs.Trip.ID)
 	}
-	result, newWait := s.grant(gs, host, now)
+	result, newWait := s.grant(gs, host, controlPlane, now)
 	if !equalState(loaded, gs) {
 		if err := t.save(ctx, gs); err != nil {
 			return fmt.Errorf("%w: cannot save its state to %s: %w", ErrDeletionGuard, t.State, err)
@@ -757,21 +762,32 @@ func (s *Store) TakePowerBudget(ctx context.Context, host, kind string) error {
 // host holds a grant within the power window or one is left (added to gs), else an
 // error wrapping ErrPowerBudget with the host added to the waiting hosts (newWait:
 // it was not among them).
-func (s *Store) grant(gs *GuardState, host string, now time.Time) (result error, newWait bool) {
+func (s *Store) grant(gs *GuardState, host string, controlPlane bool, now time.Time) (result error, newWait bool) {
 	pcut := now.Add(-s.guard.PowerWindow)
 	if r, ok := gs.Power[host]; ok && r.At.After(pcut) {
 		return nil, false
 	}
 	used := 0
-	for _, r := range gs.Power {
+	var cpHolder string
+	for h, r := range gs.Power {
 		if r.By == byLimits && r.At.After(pcut) {
 			used++
 		}
+		if r.ControlPlane && r.At.After(pcut) && (cpHolder == "" || h < cpHolder) {
+			cpHolder = h
+		}
 	}
-	if used < s.guard.PowerMaxHosts {
-		gs.Power[host] = Removal{Host: host, At: now, By: byLimits}
+	var why string
+	switch {
+	case controlPlane && cpHolder != "":
+		why = fmt.Sprintf("control-plane host %q holds a power-based grant since %s: one control-plane host at a time within %s",
+			cpHolder, gs.Power[cpHolder].At.UTC().Format(time.RFC3339), s.guard.PowerWindow)
+	case used < s.guard.PowerMaxHosts:
+		gs.Power[host] = Removal{Host: host, At: now, By: byLimits, ControlPlane: controlPlane}
 		powerUsedGauge.Set(float64(used + 1))
 		return nil, false
+	default:
+		why = fmt.Sprintf("%d of %d hosts used within %s", used, s.guard.PowerMaxHosts, s.guard.PowerWindow)
 	}
 	waiting := []string{host}
 	since := now
@@ -789,8 +805,8 @@ func (s *Store) grant(gs *GuardState, host string, now time.Time) (result error,
 	if newWait {
 		gs.PowerTrip = newTrip(tripPower, waiting, since)
 	}
-	return fmt.Errorf("%w: %d of %d hosts used within %s; %d hosts wait (%s); %s",
-		ErrPowerBudget, used, s.guard.PowerMaxHosts, s.guard.PowerWindow, len(gs.PowerTrip.Hosts), summarize(gs.PowerTrip.Hosts, 5), s.ackHint(gs.PowerTrip)), newWait
+	return fmt.Errorf("%w: %s; %d hosts wait (%s); %s",
+		ErrPowerBudget, why, len(gs.PowerTrip.Hosts), summarize(gs.PowerTrip.Hosts, 5), s.ackHint(gs.PowerTrip)), newWait
 }
 
 func (t *Trip) hostsOrNil() []string {

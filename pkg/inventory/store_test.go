@@ -568,7 +568,7 @@ func TestPowerBudget(t *testing.T) {
 	f.settle(t, hostsDoc(0, 40))
 	var granted, waiting []string
 	for _, h := range nodesFor(0, 40) {
-		switch err := f.store.TakePowerBudget(f.ctx, h, "deleteAfter"); {
+		switch err := f.store.TakePowerBudget(f.ctx, h, "deleteAfter", false); {
 		case err == nil:
 			granted = append(granted, h)
 		case errors.Is(err, ErrPowerBudget):
@@ -591,25 +591,56 @@ func TestPowerBudget(t *testing.T) {
 	// Granted hosts keep their grant (repeated calls, a restart).
 	f.restart()
 	f.settle(t, hostsDoc(0, 40))
-	if err := f.store.TakePowerBudget(f.ctx, "h0", "deleteAfter"); err != nil {
+	if err := f.store.TakePowerBudget(f.ctx, "h0", "deleteAfter", false); err != nil {
 		t.Fatalf("a granted host after a restart: %v", err)
 	}
-	err := f.store.TakePowerBudget(f.ctx, "h39", "outOfService")
+	err := f.store.TakePowerBudget(f.ctx, "h39", "outOfService", false)
 	trip := f.store.PowerTrip()
 	if !errors.Is(err, ErrPowerBudget) || trip == nil || !strings.Contains(err.Error(), trip.ID) {
 		t.Fatalf("TakePowerBudget = %v, trip %+v", err, trip)
 	}
 	f.acknowledge(t, trip.ID)
 	for _, h := range waiting {
-		if err := f.store.TakePowerBudget(f.ctx, h, "deleteAfter"); err != nil {
+		if err := f.store.TakePowerBudget(f.ctx, h, "deleteAfter", false); err != nil {
 			t.Fatalf("after ack %s: %v", h, err)
 		}
 	}
 	// A new host beyond the budget waits again, under a new ID.
 	f.setNodes(append(nodesFor(0, 40), "h40")...)
 	f.settle(t, hostsDoc(0, 41))
-	if err := f.store.TakePowerBudget(f.ctx, "h40", "deleteAfter"); !errors.Is(err, ErrPowerBudget) || f.store.PowerTrip().ID == trip.ID {
+	if err := f.store.TakePowerBudget(f.ctx, "h40", "deleteAfter", false); !errors.Is(err, ErrPowerBudget) || f.store.PowerTrip().ID == trip.ID {
 		t.Fatalf("h40: %v", err)
+	}
+}
+
+// TestPowerBudgetControlPlaneOneAtATime: within the power window at most one
+// control-plane host gets a power-based grant, even with budget left; the others wait
+// in the power trip (same acknowledgement), worker hosts are not held by it, and the
+// holder keeps its grant.
+func TestPowerBudgetControlPlaneOneAtATime(t *testing.T) {
+	f := newFixture(t, 10, 25)
+	f.setNodes(nodesFor(0, 10)...)
+	f.settle(t, hostsDoc(0, 10))
+	if err := f.store.TakePowerBudget(f.ctx, "h0", "outOfService", true); err != nil {
+		t.Fatalf("first control-plane host: %v", err)
+	}
+	err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService", true)
+	if !errors.Is(err, ErrPowerBudget) || !strings.Contains(err.Error(), `control-plane host "h0"`) || !strings.Contains(err.Error(), "one control-plane host at a time") {
+		t.Fatalf("second control-plane host: %v, want a wait naming h0", err)
+	}
+	if err := f.store.TakePowerBudget(f.ctx, "h2", "deleteAfter", false); err != nil {
+		t.Fatalf("a worker host with budget left: %v", err)
+	}
+	if err := f.store.TakePowerBudget(f.ctx, "h0", "deleteAfter", true); err != nil {
+		t.Fatalf("the holder again: %v", err)
+	}
+	trip := f.store.PowerTrip()
+	if trip == nil || !slices.Equal(trip.Hosts, []string{"h1"}) {
+		t.Fatalf("power trip %+v, want h1 waiting", trip)
+	}
+	f.acknowledge(t, trip.ID)
+	if err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService", true); err != nil {
+		t.Fatalf("h1 after the acknowledgement: %v", err)
 	}
 }
 
@@ -623,7 +654,7 @@ func TestGuardStateUnavailable(t *testing.T) {
 	if err := f.store.GoneAllowed("h0"); !errors.Is(err, ErrDeletionGuard) || !strings.Contains(err.Error(), "etcd down") {
 		t.Fatalf("GoneAllowed = %v", err)
 	}
-	if err := f.store.TakePowerBudget(f.ctx, "h1", "deleteAfter"); !errors.Is(err, ErrDeletionGuard) {
+	if err := f.store.TakePowerBudget(f.ctx, "h1", "deleteAfter", false); !errors.Is(err, ErrDeletionGuard) {
 		t.Fatalf("TakePowerBudget = %v", err)
 	}
 	if f.sink.count(ReasonGuardStateFailing) != 1 {

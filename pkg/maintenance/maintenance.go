@@ -107,3 +107,13 @@ func Excluded(node *v1.Node) bool {
 	b, err := strconv.ParseBool(v)
 	return err != nil || b
 }
+
+// ControlPlaneLabel marks a control-plane Node (kubeadm and most installers set it).
+const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
+// ControlPlane reports whether node is a control-plane Node: such Nodes get a
+// power-based action one at a time (inventory.Store.TakePowerBudget).
+func ControlPlane(node *v1.Node) bool {
+	_, ok := node.Labels[ControlPlaneLabel]
+	return ok
+}

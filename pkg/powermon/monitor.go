@@ -90,7 +90,7 @@ type Power interface {
 type Inventory interface {
 	View() (*inventory.View, error)
 	// TakePowerBudget grants host a power-based action within the power-off budget.
-	TakePowerBudget(ctx context.Context, host, kind string) error
+	TakePowerBudget(ctx context.Context, host, kind string, controlPlane bool) error
 }
 
 // Config sets how often Nodes' power is read.
@@ -379,7 +379,7 @@ func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *invento
 		if err != nil || m.clock.Since(t) < m.cfg.OutOfServiceAfter || host.State == inventory.StateMaintenance || maintenance.Remediation(node) != nil || hasTaint(node, cloudproviderapi.TaintExternalCloudProvider) {
 			return nil
 		}
-		if err := m.inv.TakePowerBudget(ctx, host.Name, "outOfService"); err != nil {
+		if err := m.inv.TakePowerBudget(ctx, host.Name, "outOfService", maintenance.ControlPlane(node)); err != nil {
 			if errors.Is(err, inventory.ErrMaintenance) {
 				return nil // exempt, as in the inventory that is settling
 			}

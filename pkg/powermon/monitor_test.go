@@ -37,7 +37,7 @@ func (f *fakeInv) View() (*inventory.View, error) {
 	return f.v, nil
 }
 
-func (f *fakeInv) TakePowerBudget(_ context.Context, host, _ string) error {
+func (f *fakeInv) TakePowerBudget(_ context.Context, host, _ string, _ bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.budget = append(f.budget, host)

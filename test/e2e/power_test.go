@@ -502,6 +502,46 @@ func TestMaintenanceLifecycleConditions(t *testing.T) {
 	}
 }
 
+// TestPowerOffControlPlaneOneAtATime: two control-plane Nodes (and a worker) whose
+// hosts are off past both policies, with budget to spare: one control-plane Node is
+// fenced and deleted, the other waits with a PowerOffBudgetExceeded event that says one
+// control-plane host at a time, and the worker is not held by it.
+func TestPowerOffControlPlaneOneAtATime(t *testing.T) {
+	bmcs, inv := redfishHosts(t, "cpl", "10.97.0", 3, nil)
+	l, names := powerLab(t, bmcs, inv, "cpl", "10.97.0", ", powerOffBudget: {maxHosts: 5}")
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:""}}}`, maintenance.ControlPlaneLabel)
+	for _, name := range names[:2] {
+		if _, err := l.cp.Client.CoreV1().Nodes().Patch(l.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range names {
+		l.backdateOffSince(name, 10*time.Minute)
+	}
+	l.waitDeleted("cpl-2") // the worker
+	var acted, waiting string
+	err := framework.WaitFor(l.ctx, 60*time.Second, "one control-plane Node deleted", func(ctx context.Context) (bool, error) {
+		for i, name := range names[:2] {
+			if _, err := l.node(name); apierrors.IsNotFound(err) {
+				acted, waiting = name, names[1-i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := l.waitEvent("default", "Node", waiting, inventory.ReasonPowerBudget); !strings.Contains(msg, "one control-plane host at a time") || !strings.Contains(msg, "cpl-") {
+		t.Errorf("%s event on %s: %q", inventory.ReasonPowerBudget, waiting, msg)
+	}
+	l.stillThere(6*time.Second, waiting) // several lifecycle and monitor passes
+	if n, _ := l.node(waiting); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+		t.Errorf("%s was fenced while control-plane Node %s held the window's grant", waiting, acted)
+	}
+	l.waitMetric("baremetal_ccm_power_budget_waiting_hosts 1")
+}
+
 // TestPowerOffBudget is the issue's scenario (b): 40 hosts powered off at once (a PDU
 // event) through their emulated BMCs, past both outOfServiceAfter and deleteAfter, with
 // a budget of 5: at most 5 hosts are fenced or deleted, the other 35 wait with an
