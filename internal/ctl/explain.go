@@ -51,12 +51,14 @@ func (k *kubeFlags) client() (kubernetes.Interface, string, error) {
 	return client, ns, err
 }
 
-const explainUsage = `usage: baremetal-ccmctl explain [--kubeconfig F] [--context C] [-n NS] svc/NAME | node/NAME | ccm
-       baremetal-ccmctl explain [--inventory F] [--bmc-ca-file F] [--kubeconfig F] host/NAME
+const explainUsage = `usage: baremetal-ccmctl explain [--kubeconfig F] [--context C] [-n NS] [--timeout D] svc/NAME | node/NAME | ccm
+       baremetal-ccmctl explain [--inventory F] [--bmc-ca-file F] [--kubeconfig F] [--timeout D] host/NAME
   svc/NAME   why a LoadBalancer Service is pending or not announced: its request, addresses,
              conditions (AddressAssigned, Announced), its pool's use, recent events, next steps
-  node/NAME  why a Node is tainted or not initialized: taints, BMC conditions, what the CCM
-             published for its agent, its replica's BGP sessions, recent events
+  node/NAME  why a Node is tainted or not initialized: taints, BMC conditions, maintenance
+             (Node lifecycle conditions, exclude-from-remediation), what the CCM published
+             for its agent, its replica's BGP sessions, recent events
+  --timeout  bound on the whole command (default 30s)
   ccm        whether the cluster has what the CCM needs: its namespace, its ConfigMaps, and
              each replica's own check (its namespace and permissions; condition CCMPreflight)
   host/NAME  a host of the inventory: its entry, its Node, and its BMC asked as the CCM does

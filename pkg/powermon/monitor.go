@@ -106,8 +106,11 @@ type Config struct {
 	DefaultCA string
 }
 
-// OutOfServiceTaint is the taint of non-graceful node shutdown.
-var OutOfServiceTaint = &v1.Taint{Key: v1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}
+// OutOfServiceTaint returns the taint of non-graceful node shutdown (a new value each
+// call: callers cannot change what the monitor adds).
+func OutOfServiceTaint() *v1.Taint {
+	return &v1.Taint{Key: v1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}
+}
 
 // Monitor keeps the BMC conditions of Nodes current.
 type Monitor struct {
@@ -391,13 +394,13 @@ func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *invento
 		if err := m.annotate(ctx, node.Name, AnnotationOutOfService, "true"); err != nil {
 			return err
 		}
-		if err := cloudnodeutil.AddOrUpdateTaintOnNode(m.client, node.Name, OutOfServiceTaint); err != nil {
+		if err := cloudnodeutil.AddOrUpdateTaintOnNode(m.client, node.Name, OutOfServiceTaint()); err != nil {
 			return fmt.Errorf("adding the out-of-service taint: %w", err)
 		}
 		m.record(node, v1.EventTypeWarning, ReasonOutOfService, "The host has been powered off since %s (more than %s): added %s so its volumes detach and its pods are rescheduled", since, m.cfg.OutOfServiceAfter, v1.TaintNodeOutOfService)
 	case on && ours && isReady(node):
 		if tainted {
-			if err := cloudnodeutil.RemoveTaintOffNode(m.client, node.Name, node, OutOfServiceTaint); err != nil {
+			if err := cloudnodeutil.RemoveTaintOffNode(m.client, node.Name, node, OutOfServiceTaint()); err != nil {
 				return fmt.Errorf("removing the out-of-service taint: %w", err)
 			}
 			m.record(node, v1.EventTypeNormal, ReasonOutOfServiceRemoved, "The host is powered on and the Node Ready: removed %s", v1.TaintNodeOutOfService)

@@ -328,7 +328,7 @@ func TestOutOfServiceTaintOfAPersonIsKept(t *testing.T) {
 	f := newFixture(t, true)
 	f.m.cfg.OutOfServiceAfter = time.Minute
 	n, _ := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
-	n.Spec.Taints = append(n.Spec.Taints, *OutOfServiceTaint)
+	n.Spec.Taints = append(n.Spec.Taints, *OutOfServiceTaint())
 	n, _ = f.client.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{})
 	_ = f.idx.Update(n)
 	n = f.sync(t)
