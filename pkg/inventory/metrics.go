@@ -66,12 +66,27 @@ var (
 		Help:           "Hosts whose power-based action waits for an acknowledgement because the power-off budget is used up.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	stormGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "baremetal_ccm", Subsystem: "remediation", Name: "storm",
+		Help:           "1 while a remediation storm (more unhealthy Nodes than instances.maxUnhealthy) or its cooldown holds every power-based action; on the leader.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	unhealthyGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "baremetal_ccm", Subsystem: "remediation", Name: "unhealthy_nodes",
+		Help:           "Initialized Nodes of inventory hosts that are not Ready and not in maintenance, counted against instances.maxUnhealthy; on the leader.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	maxUnhealthyGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: "baremetal_ccm", Subsystem: "remediation", Name: "max_unhealthy_nodes",
+		Help:           "instances.maxUnhealthy resolved against the initialized Nodes of inventory hosts; on the leader.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(reloads, loadDuration, hostsGauge, lastSuccess, lastReloadFailed, guardTripped, guardHeld,
-			settlingGauge, windowGauge, powerUsedGauge, powerWaitingGauge)
+			settlingGauge, windowGauge, powerUsedGauge, powerWaitingGauge, stormGauge, unhealthyGauge, maxUnhealthyGauge)
 	})
 }
