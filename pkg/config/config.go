@@ -7,9 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -47,6 +50,8 @@ const (
 	DefaultCredentialsDir   = "/etc/baremetal-ccm/bmc"
 	DefaultPowerOffMaxHosts = 5
 	DefaultPowerOffWindow   = time.Hour
+	// DefaultStormCooldown is instances.stormCooldown's default.
+	DefaultStormCooldown = 5 * time.Minute
 	// MinWindow bounds deletionGuard.window and powerOffBudget.window from below.
 	MinWindow = time.Minute
 	// MinDeleteAfter and MinOutOfServiceAfter: a reboot or a BMC firmware update keeps
@@ -182,6 +187,9 @@ func SetDefaults(c *CloudConfig) {
 	if pb.Window == nil {
 		pb.Window = &metav1.Duration{Duration: DefaultPowerOffWindow}
 	}
+	if c.Instances.MaxUnhealthy != nil && c.Instances.StormCooldown == nil {
+		c.Instances.StormCooldown = &metav1.Duration{Duration: DefaultStormCooldown}
+	}
 }
 
 // Validate returns every problem of a defaulted CloudConfig.
@@ -304,6 +312,14 @@ func validateInstances(in *InstancesConfig, p *field.Path) field.ErrorList {
 	}
 	errs = append(errs, validateAtLeast(pb.Window, MinWindow, pp.Child("window"),
 		"over a shorter window a power event that takes hosts down a few at a time is never counted together; use 1h (the default) or more")...)
+	if mu := in.MaxUnhealthy; mu != nil {
+		if _, err := intstr.GetScaledValueFromIntOrPercent(mu, 100, false); err != nil || mu.Type == intstr.Int && mu.IntVal < 0 || mu.Type == intstr.String && !validPercent(mu.StrVal) {
+			errs = append(errs, field.Invalid(p.Child("maxUnhealthy"), mu.String(), `must be a count of Nodes (0 or more, such as 3) or a percent from 0% to 100% (such as "30%")`))
+		}
+	}
+	if in.StormCooldown != nil && in.StormCooldown.Duration < 0 {
+		errs = append(errs, field.Invalid(p.Child("stormCooldown"), in.StormCooldown.Duration.String(), "must be 0 or more"))
+	}
 	return errs
 }
 
@@ -351,4 +367,11 @@ func validatePositive(d *metav1.Duration, p *field.Path) field.ErrorList {
 		return field.ErrorList{field.Invalid(p, d.Duration.String(), "must be a positive duration such as 5s or 1m")}
 	}
 	return nil
+}
+
+// validPercent reports whether s is a percent from 0% to 100%.
+func validPercent(s string) bool {
+	n, ok := strings.CutSuffix(s, "%")
+	v, err := strconv.Atoi(n)
+	return ok && err == nil && v >= 0 && v <= 100
 }

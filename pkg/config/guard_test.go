@@ -69,6 +69,30 @@ instances:
 	}
 }
 
+// TestMaxUnhealthyValues: a percent or a count; stormCooldown defaults to 5m only
+// with maxUnhealthy, and 0 is allowed.
+func TestMaxUnhealthyValues(t *testing.T) {
+	for doc, want := range map[string]string{
+		"instances: {maxUnhealthy: 30%}":                  "30%/5m0s",
+		"instances: {maxUnhealthy: \"0%\"}":               "0%/5m0s",
+		"instances: {maxUnhealthy: 3, stormCooldown: 0s}": "3/0s",
+		"instances: {}": "<nil>/<nil>",
+	} {
+		cfg, err := Parse([]byte(minimal + doc + "\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		in := cfg.Instances
+		got := "<nil>/<nil>"
+		if in.MaxUnhealthy != nil {
+			got = in.MaxUnhealthy.String() + "/" + in.StormCooldown.Duration.String()
+		}
+		if got != want {
+			t.Errorf("%s: %s, want %s", doc, got, want)
+		}
+	}
+}
+
 // TestGuardAndPowerValidation: each bound of the new fields is an error with its field
 // path, the offending value, the bound and how to fix it.
 func TestGuardAndPowerValidation(t *testing.T) {
@@ -86,6 +110,11 @@ func TestGuardAndPowerValidation(t *testing.T) {
 			[]string{"instances.powerOffBudget.maxHosts: Invalid value: -1: must be 0 (every power-based action needs an acknowledgement) or more"}},
 		{"short power-off window", "instances: {powerOffBudget: {window: 59s}}",
 			[]string{`instances.powerOffBudget.window: Invalid value: "59s": must be at least 1m0s`, "use 1h (the default) or more"}},
+		{"maxUnhealthy over 100%", "instances: {maxUnhealthy: 120%}",
+			[]string{`instances.maxUnhealthy: Invalid value: "120%": must be a count of Nodes (0 or more, such as 3) or a percent from 0% to 100%`}},
+		{"maxUnhealthy not a percent", "instances: {maxUnhealthy: half}", []string{`instances.maxUnhealthy: Invalid value: "half"`}},
+		{"maxUnhealthy negative", "instances: {maxUnhealthy: -2}", []string{`instances.maxUnhealthy: Invalid value: "-2"`}},
+		{"negative stormCooldown", "instances: {maxUnhealthy: 3, stormCooldown: -1m}", []string{`instances.stormCooldown: Invalid value: "-1m0s": must be 0 or more`}},
 		{"short guard window", "  deletionGuard: {window: 30s}",
 			[]string{`inventory.deletionGuard.window: Invalid value: "30s": must be at least 1m0s`, "use 1h (the default) or more"}},
 		{"zero guard window", "  deletionGuard: {window: 0s}", []string{`inventory.deletionGuard.window: Invalid value: "0s"`}},

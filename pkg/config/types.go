@@ -8,6 +8,7 @@ package config
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // APIVersion and Kind identify a CloudConfig document.
@@ -179,6 +180,15 @@ type InstancesConfig struct {
 	// PowerOffBudget limits the power-based actions (DeleteAfter, OutOfServiceAfter)
 	// over a window; beyond it they wait for an acknowledgement.
 	PowerOffBudget PowerOffBudget `json:"powerOffBudget"`
+	// MaxUnhealthy, when set, holds every power-based action while more Nodes are
+	// unhealthy (not Ready, not in maintenance) than this: a count ("3") or a percent
+	// of the initialized Nodes of inventory hosts ("30%", rounded down), as medik8s
+	// Node Health Check's maxUnhealthy. A mass failure (a power feed, a switch, a bad
+	// rollout) is then left to people instead of fencing or deleting half the cluster.
+	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
+	// StormCooldown: after the unhealthy count dropped to MaxUnhealthy or below, the
+	// power-based actions stay held this long. Default: 5m (only with MaxUnhealthy).
+	StormCooldown *metav1.Duration `json:"stormCooldown,omitempty"`
 }
 
 // PowerOffBudget limits how many hosts the power-off policies may act on within a

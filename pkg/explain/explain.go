@@ -236,7 +236,7 @@ func (e *Explainer) Node(ctx context.Context, name string) (string, error) {
 		}
 		fmt.Fprintf(&b, "  taint %s:%s%s\n", t.Key, t.Effect, why)
 	}
-	for _, t := range []v1.NodeConditionType{powermon.ConditionBMCReachable, powermon.ConditionPoweredOn, preflight.ConditionType} {
+	for _, t := range []v1.NodeConditionType{powermon.ConditionBMCReachable, powermon.ConditionPoweredOn, powermon.ConditionRemediationHeld, preflight.ConditionType} {
 		for _, c := range n.Status.Conditions {
 			if c.Type == t {
 				fmt.Fprintf(&b, "  %s: %s (%s) since %s: %s\n", strings.TrimPrefix(string(t), "baremetal-ccm.io/"), c.Status, c.Reason, age(now, c.LastTransitionTime.Time), c.Message)

@@ -41,6 +41,9 @@ type GuardState struct {
 	// UsedAcks are acknowledgements already applied, newest last; they never apply
 	// again.
 	UsedAcks []string `json:"usedAcks,omitempty"`
+	// Storm is the remediation storm holding every power-based action, nil when none
+	// (see Store.ObserveHealth).
+	Storm *Storm `json:"storm,omitempty"`
 }
 
 // Removal is one accepted removal or power-based grant.
@@ -96,6 +99,14 @@ func (g *GuardState) clone() *GuardState {
 	if g.PowerTrip != nil {
 		t := *g.PowerTrip
 		c.PowerTrip = &t
+	}
+	if g.Storm != nil {
+		st := *g.Storm
+		if st.Ended != nil {
+			e := *st.Ended
+			st.Ended = &e
+		}
+		c.Storm = &st
 	}
 	if c.Gone == nil {
 		c.Gone = map[string]Removal{}

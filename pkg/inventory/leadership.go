@@ -105,6 +105,25 @@ func (t *term) check(ctx context.Context) error {
 	return nil
 }
 
+// load reads the saved state (bounded by callContext) and returns it with a clone to
+// change; a failure wraps ErrDeletionGuard.
+func (t *term) load(ctx context.Context) (loaded, clone *GuardState, err error) {
+	ctx, cancel := t.callContext(ctx)
+	defer cancel()
+	loaded, _, err = t.State.Load(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: cannot read its state from %s: %w", ErrDeletionGuard, t.State, err)
+	}
+	return loaded, loaded.clone(), nil
+}
+
+// checkBounded is check bounded by callContext.
+func (t *term) checkBounded(ctx context.Context) error {
+	ctx, cancel := t.callContext(ctx)
+	defer cancel()
+	return t.check(ctx)
+}
+
 // save asks the fence, then saves gs; both bounded by callContext.
 func (t *term) save(ctx context.Context, gs *GuardState) error {
 	ctx, cancel := t.callContext(ctx)

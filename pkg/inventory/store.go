@@ -13,6 +13,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -90,6 +91,12 @@ type Guard struct {
 	// Zero: every such action needs an acknowledgement.
 	PowerMaxHosts int
 	PowerWindow   time.Duration
+	// MaxUnhealthy, when set, is how many of the matched Nodes (a count, or a percent
+	// such as "30%", rounded down) may be unhealthy before a remediation storm holds
+	// every power-based action (see ObserveHealth); StormCooldown is how long they
+	// stay held after the count dropped to the limit or below.
+	MaxUnhealthy  *intstr.IntOrString
+	StormCooldown time.Duration
 	// Parse parses a fetched document; nil is Parse.
 	Parse func([]byte) (*View, error)
 }
@@ -173,6 +180,7 @@ type status struct {
 	trip      *Trip
 	gone      map[string]Removal
 	powerTrip *Trip
+	storm     *Storm
 }
 
 // NewStore returns a Store that has loaded nothing yet and decides nothing until Lead;
@@ -722,28 +730,32 @@ func (s *Store) TakePowerBudget(ctx context.Context, host, kind string, controlP
 			return fmt.Errorf("%w: host %q is in maintenance in inventory %s", ErrMaintenance, host, v.Digest())
 		}
 	}
-	// A host already waiting keeps waiting until an acknowledgement, which only a
-	// reload applies: a refusal needs no read of the state. A grant always does.
+	// A remediation storm holds every action, with no acknowledgement; a host already
+	// waiting keeps waiting until an acknowledgement, which only a reload applies: a
+	// refusal needs no read of the state. A grant always does.
+	if err := s.holdErr(s.gs.Storm); err != nil {
+		return err
+	}
 	if pt := s.gs.PowerTrip; pt != nil && slices.Contains(pt.Hosts, host) {
 		return fmt.Errorf("%w: %d hosts wait (%s); %s", ErrPowerBudget, len(pt.Hosts), summarize(pt.Hosts, 5), s.ackHint(pt))
 	}
-	lctx, cancel := t.callContext(ctx)
-	defer cancel()
-	loaded, _, err := t.State.Load(lctx)
+	loaded, gs, err := t.load(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: cannot read its state from %s: %w", ErrDeletionGuard, t.State, err)
+		return err
 	}
-	gs := loaded.clone()
 	if gs.Trip != nil {
 		// Saved by another writer (this replica's view of the state is behind).
 		return fmt.Errorf("%w tripped: no power-based action while an inventory change is held (%s)", ErrDeletionGuard, gs.Trip.ID)
+	}
+	if err := s.holdErr(gs.Storm); err != nil {
+		return err
 	}
 	result, newWait := s.grant(gs, host, controlPlane, now)
 	if !equalState(loaded, gs) {
 		if err := t.save(ctx, gs); err != nil {
 			return fmt.Errorf("%w: cannot save its state to %s: %w", ErrDeletionGuard, t.State, err)
 		}
-	} else if err := t.check(lctx); err != nil {
+	} else if err := t.checkBounded(ctx); err != nil {
 		// A grant held already: still only the leader acts on it.
 		return fmt.Errorf("%w: %w", ErrDeletionGuard, err)
 	}
@@ -896,7 +908,7 @@ func (s *Store) publish() {
 	case s.gs == nil:
 		st.why = "the inventory has not been compared with the cluster's Nodes yet"
 	default:
-		st.trip, st.gone, st.powerTrip = s.gs.Trip, s.gs.Gone, s.gs.PowerTrip
+		st.trip, st.gone, st.powerTrip, st.storm = s.gs.Trip, s.gs.Gone, s.gs.PowerTrip, s.gs.Storm
 	}
 	if st.trip == nil {
 		guardTripped.Set(0)

@@ -45,6 +45,10 @@ const (
 	// ConditionPoweredOn False is BMC-confirmed off; load-balancer next hops leave
 	// such a Node at once (lb.Eligible, which reads the same condition).
 	ConditionPoweredOn = lb.ConditionPoweredOn
+	// ConditionRemediationHeld True: the host is off and the Node would be eligible for
+	// a power-based action, but a remediation storm (instances.maxUnhealthy) or its
+	// cooldown holds every such action.
+	ConditionRemediationHeld v1.NodeConditionType = "baremetal-ccm.io/RemediationHeld"
 	// AnnotationOffSince holds the RFC 3339 time the host was first seen off; any
 	// other answer (on, transitioning, unreachable, unknown) removes it, so it only
 	// ever measures positively observed, continuous off time.
@@ -60,6 +64,10 @@ const (
 
 	ReasonOutOfService        = "OutOfServiceTaintAdded"
 	ReasonOutOfServiceRemoved = "OutOfServiceTaintRemoved"
+	// Reasons of ConditionRemediationHeld.
+	ReasonRemediationStorm = "RemediationStorm"
+	ReasonStormCooldown    = "StormCooldown"
+	ReasonNotHeld          = "NotHeld"
 
 	ReasonBMCUnreachable = "BMCUnreachable"
 	ReasonBMCReachable   = "BMCReachable"
@@ -91,6 +99,12 @@ type Inventory interface {
 	View() (*inventory.View, error)
 	// TakePowerBudget grants host a power-based action within the power-off budget.
 	TakePowerBudget(ctx context.Context, host, kind string, controlPlane bool) error
+	// ObserveHealth counts the unhealthy of the matched Nodes against
+	// instances.maxUnhealthy (the remediation storm gate).
+	ObserveHealth(ctx context.Context, unhealthy, matched int) error
+	// RemediationHold says why a remediation storm holds every power-based action
+	// (nil: none does).
+	RemediationHold() error
 }
 
 // Config sets how often Nodes' power is read.
@@ -177,6 +191,7 @@ func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
 	if err != nil {
 		return &wg
 	}
+	m.observeHealth(ctx, view, nodes)
 	now := m.clock.Now()
 	type due struct {
 		node   *v1.Node
@@ -261,6 +276,50 @@ func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
 	return &wg
 }
 
+// observeHealth counts the matched Nodes (initialized Nodes of inventory hosts) and the
+// unhealthy ones among them (not Ready, not in maintenance in the inventory or by a
+// Node lifecycle condition) for the remediation storm gate.
+func (m *Monitor) observeHealth(ctx context.Context, view *inventory.View, nodes []*v1.Node) {
+	matched, unhealthy := 0, 0
+	for _, n := range nodes {
+		id, ok := inventory.HostIDFromProviderID(n.Spec.ProviderID)
+		if !ok || hasTaint(n, cloudproviderapi.TaintExternalCloudProvider) {
+			continue
+		}
+		h, ok := view.Host(id)
+		if !ok || h.Gone() {
+			continue
+		}
+		matched++
+		if !isReady(n) && h.State != inventory.StateMaintenance && maintenance.Of(n) == nil {
+			unhealthy++
+		}
+	}
+	if err := m.inv.ObserveHealth(ctx, unhealthy, matched); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot update the remediation storm gate", "unhealthy", unhealthy, "matched", matched)
+	}
+}
+
+// heldCondition is the RemediationHeld condition the Node should carry, or nil when
+// none should be written: True on a Node whose host is off and that a remediation
+// storm keeps from its power-based actions (initialized, NotReady, not exempt); False
+// once that ends (only on a Node that had it True).
+func (m *Monitor) heldCondition(node *v1.Node, host *inventory.Host, off bool) *v1.NodeCondition {
+	candidate := off && !isReady(node) && !hasTaint(node, cloudproviderapi.TaintExternalCloudProvider) &&
+		host.State != inventory.StateMaintenance && maintenance.Remediation(node) == nil
+	if hold := m.inv.RemediationHold(); candidate && hold != nil {
+		reason := ReasonRemediationStorm
+		if errors.Is(hold, inventory.ErrStormCooldown) {
+			reason = ReasonStormCooldown
+		}
+		return &v1.NodeCondition{Type: ConditionRemediationHeld, Status: v1.ConditionTrue, Reason: reason, Message: oneLine(hold.Error())}
+	}
+	if old := condition(node, ConditionRemediationHeld); old != nil && old.Status == v1.ConditionTrue {
+		return &v1.NodeCondition{Type: ConditionRemediationHeld, Status: v1.ConditionFalse, Reason: ReasonNotHeld, Message: "no remediation storm holds this Node's power-based actions"}
+	}
+	return nil
+}
+
 // update patches the Node's conditions and annotation when they change, and records
 // events for changes of reachability and power.
 func (m *Monitor) update(ctx context.Context, node *v1.Node, host *inventory.Host, r bmc.Reading, perr error) error {
@@ -288,11 +347,18 @@ func (m *Monitor) update(ctx context.Context, node *v1.Node, host *inventory.Hos
 	}
 
 	oldReach, oldPower := condition(node, ConditionBMCReachable), condition(node, ConditionPoweredOn)
-	var conds []v1.NodeCondition
-	for _, pair := range []struct {
+	pairs := []struct {
 		old *v1.NodeCondition
 		new v1.NodeCondition
-	}{{oldReach, reach}, {oldPower, power}} {
+	}{{oldReach, reach}, {oldPower, power}}
+	if held := m.heldCondition(node, host, power.Status == v1.ConditionFalse); held != nil {
+		pairs = append(pairs, struct {
+			old *v1.NodeCondition
+			new v1.NodeCondition
+		}{condition(node, ConditionRemediationHeld), *held})
+	}
+	var conds []v1.NodeCondition
+	for _, pair := range pairs {
 		c := pair.new
 		c.LastHeartbeatTime, c.LastTransitionTime = now, now
 		if pair.old != nil && pair.old.Status == c.Status {

@@ -29,6 +29,21 @@ type fakeInv struct {
 	v         *inventory.View
 	budgetErr error
 	budget    []string
+	hold      error    // what RemediationHold answers
+	health    [][2]int // ObserveHealth calls: unhealthy, matched
+}
+
+func (f *fakeInv) ObserveHealth(_ context.Context, unhealthy, matched int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.health = append(f.health, [2]int{unhealthy, matched})
+	return nil
+}
+
+func (f *fakeInv) RemediationHold() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hold
 }
 
 func (f *fakeInv) View() (*inventory.View, error) {
@@ -40,6 +55,9 @@ func (f *fakeInv) View() (*inventory.View, error) {
 func (f *fakeInv) TakePowerBudget(_ context.Context, host, _ string, _ bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.hold != nil {
+		return f.hold // as the Store: a storm refuses before any budget
+	}
 	f.budget = append(f.budget, host)
 	return f.budgetErr
 }
@@ -460,6 +478,40 @@ func TestOutOfServiceExcludeLabel(t *testing.T) {
 	f.clock.Step(11 * time.Second)
 	if n := f.sync(t); !hasTaint(n, v1.TaintNodeOutOfService) {
 		t.Fatalf("label removed: taints %v, want fenced", n.Spec.Taints)
+	}
+}
+
+// TestRemediationHeldCondition: the monitor counts the matched and unhealthy Nodes for
+// the storm gate on every pass; while the gate holds, a Node whose host is off gets
+// RemediationHeld True (StormCooldown in the cooldown) and is not fenced; once the gate
+// opens the condition turns False and the policy acts.
+func TestRemediationHeldCondition(t *testing.T) {
+	f := newFixture(t, false)
+	f.inv.hold = fmt.Errorf("%w since 2026-11-27T12:00:00Z: 10 of 20 Nodes were unhealthy", inventory.ErrRemediationStorm)
+	n := f.offLongEnough(t)
+	if c := condition(n, ConditionRemediationHeld); c == nil || c.Status != v1.ConditionTrue || c.Reason != ReasonRemediationStorm || !strings.Contains(c.Message, "10 of 20") {
+		t.Fatalf("RemediationHeld = %+v", c)
+	}
+	if hasTaint(n, v1.TaintNodeOutOfService) || len(f.inv.budget) != 0 {
+		t.Fatalf("fenced in a storm: taints %v, budget %v", n.Spec.Taints, f.inv.budget)
+	}
+	// n1 (NotReady) and n2 (no Ready condition; its host has no BMC but its Node counts).
+	if last := f.inv.health[len(f.inv.health)-1]; last != [2]int{2, 2} {
+		t.Errorf("ObserveHealth(unhealthy, matched) = %v, want [2 2]", last)
+	}
+	f.inv.hold = fmt.Errorf("%w: the storm was over at 2026-11-27T12:10:00Z", inventory.ErrStormCooldown)
+	f.clock.Step(11 * time.Second)
+	if c := condition(f.sync(t), ConditionRemediationHeld); c == nil || c.Reason != ReasonStormCooldown {
+		t.Fatalf("in the cooldown: RemediationHeld = %+v", c)
+	}
+	f.inv.hold = nil
+	f.clock.Step(11 * time.Second)
+	n = f.sync(t)
+	if c := condition(n, ConditionRemediationHeld); c == nil || c.Status != v1.ConditionFalse || c.Reason != ReasonNotHeld {
+		t.Fatalf("after the storm: RemediationHeld = %+v", c)
+	}
+	if !hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatalf("after the storm: taints %v, want fenced", n.Spec.Taints)
 	}
 }
 

@@ -144,6 +144,7 @@ func New(cfg *config.CloudConfig) (*Cloud, error) {
 		MaxHosts: int(*g.MaxRemovedHosts), MaxPercent: int(*g.MaxRemovedPercent), AckFile: g.AcknowledgeFile,
 		Window: g.Window.Duration, SettleTime: g.SettleTime.Duration,
 		PowerMaxHosts: int(*pb.MaxHosts), PowerWindow: pb.Window.Duration,
+		MaxUnhealthy: cfg.Instances.MaxUnhealthy, StormCooldown: durationOf(cfg.Instances.StormCooldown),
 		Parse: func(data []byte) (*inventory.View, error) { return inventory.ParseWith(data, parseOpts) },
 	}, refSink{rec: rec, ref: inventoryRef}, nil)
 	b := cfg.BMC

@@ -542,6 +542,107 @@ func TestPowerOffControlPlaneOneAtATime(t *testing.T) {
 	l.waitMetric("baremetal_ccm_power_budget_waiting_hosts 1")
 }
 
+// TestRemediationStorm: 10 of 20 hosts go off at once with maxUnhealthy 30% (6): a
+// remediation storm holds every power-based action, so none of the 10 is fenced or
+// deleted though their hosts have been off for 10 minutes, each carries RemediationHeld
+// True, and the Inventory has a RemediationStormStarted event. When 5 come back (5
+// unhealthy, at most 6) the cooldown holds the other 5 (RemediationHeld reason
+// StormCooldown); after it they are acted on.
+func TestRemediationStorm(t *testing.T) {
+	const n = 20
+	bmcs, inv := redfishHosts(t, "stm", "10.98.0", n, nil)
+	l := newLabNoCCM(t)
+	l.setInventory(inv)
+	l.writeConfig(", maxRemovedPercent: 100", fmt.Sprintf(powerPolicies, ", powerOffBudget: {maxHosts: 20}, maxUnhealthy: 30%, stormCooldown: 20s"))
+	l.startCCM(l.config)
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("stm-%d", i))
+		l.createNode(framework.NodeSpec{Name: names[i], InternalIPs: []string{fmt.Sprintf("10.98.0.%d", i+1)}, Ready: ready(v1.ConditionTrue)})
+	}
+	for _, name := range names {
+		l.waitInitialized(name)
+	}
+	l.waitMetric("baremetal_ccm_remediation_max_unhealthy_nodes 6")
+	down := names[:10]
+	for i, name := range down {
+		bmcs[i].SetPowerState(redfish.PowerOff)
+		if err := framework.SetNodeReady(l.ctx, l.cp.Client, name, v1.ConditionUnknown); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.waitMetric("baremetal_ccm_remediation_storm 1")
+	for _, name := range down {
+		l.backdateOffSince(name, 10*time.Minute)
+	}
+	held := func(name, reason string) {
+		t.Helper()
+		err := framework.WaitFor(l.ctx, 60*time.Second, fmt.Sprintf("%s RemediationHeld True (%s)", name, reason), func(ctx context.Context) (bool, error) {
+			node, err := l.node(name)
+			if err != nil {
+				return false, err
+			}
+			for _, c := range node.Status.Conditions {
+				if c.Type == powermon.ConditionRemediationHeld {
+					return c.Status == v1.ConditionTrue && c.Reason == reason, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range down {
+		held(name, powermon.ReasonRemediationStorm)
+	}
+	l.stillThere(8*time.Second, down...) // several lifecycle and monitor passes
+	for _, name := range down {
+		if node, _ := l.node(name); framework.HasTaint(node, v1.TaintNodeOutOfService) {
+			t.Errorf("%s was fenced in a remediation storm", name)
+		}
+	}
+	if err := framework.WaitFor(l.ctx, 30*time.Second, "a RemediationStormStarted event on the Inventory", func(ctx context.Context) (bool, error) {
+		evs, err := framework.Events(ctx, l.cp.Client, "kube-system", "Inventory", "inventory")
+		for _, e := range evs {
+			if e.Reason == inventory.ReasonStormStarted && strings.Contains(e.Message, "10 of 20 Nodes are unhealthy") {
+				return true, nil
+			}
+		}
+		return false, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Five come back: at most 6 unhealthy, the cooldown holds the other five.
+	for i, name := range down[:5] {
+		bmcs[i].SetPowerState(redfish.PowerOn)
+		if err := framework.SetNodeReady(l.ctx, l.cp.Client, name, v1.ConditionTrue); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rest := down[5:]
+	for _, name := range rest {
+		held(name, powermon.ReasonStormCooldown)
+	}
+	l.stillThere(8*time.Second, rest...) // well within the 20 s cooldown
+	for _, name := range rest {
+		if node, _ := l.node(name); framework.HasTaint(node, v1.TaintNodeOutOfService) {
+			t.Errorf("%s was fenced in the storm's cooldown", name)
+		}
+	}
+	// After the cooldown they are acted on: off for 10 minutes, past deleteAfter.
+	for _, name := range rest {
+		l.waitDeleted(name)
+	}
+	l.waitMetric("baremetal_ccm_remediation_storm 0")
+	for _, name := range down[:5] {
+		if _, err := l.node(name); err != nil {
+			t.Errorf("%s, back on and Ready, is gone: %v", name, err)
+		}
+	}
+}
+
 // TestPowerOffBudget is the scenario (b): 40 hosts powered off at once (a PDU
 // event) through their emulated BMCs, past both outOfServiceAfter and deleteAfter, with
 // a budget of 5: at most 5 hosts are fenced or deleted, the other 35 wait with an
