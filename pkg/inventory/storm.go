@@ -103,8 +103,10 @@ func (s *Store) RemediationHold() error {
 // than it allows start a remediation storm; dropping to the limit or below ends it,
 // and the actions resume Guard.StormCooldown later. Each change is saved in the
 // GuardState (read first, so a leader change keeps it) and announced by an event and
-// a log line; passes that change nothing only set the gauges. Outside a leadership
-// term, or before the state was loaded, it does nothing.
+// a log line; passes that change nothing only set the gauges, decided without the
+// Store's lock (which grants hold across state calls), so a power monitor pass never
+// waits for them. Outside a leadership term, or before the state was loaded, it does
+// nothing.
 func (s *Store) ObserveHealth(ctx context.Context, unhealthy, matched int) error {
 	max := -1
 	if s.guard.MaxUnhealthy != nil {
@@ -116,13 +118,22 @@ func (s *Store) ObserveHealth(ctx context.Context, unhealthy, matched int) error
 		unhealthyGauge.Set(float64(unhealthy))
 		maxUnhealthyGauge.Set(float64(max))
 	}
+	now := s.clock.Now()
+	// Most passes change nothing: decided from the published state, without the
+	// Store's lock, which power-budget grants hold across state calls; a pass of the
+	// power monitor never waits for them then.
+	if st := s.status.Load(); s.lead.Load() == nil || st == nil {
+		return nil
+	} else if _, what := stormNext(st.storm, unhealthy, matched, max, now, s.guard.StormCooldown); what == "" {
+		stormGauge.Set(boolGauge(st.storm != nil && max >= 0))
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.lead.Load()
 	if t == nil || t.ctx.Err() != nil || s.gs == nil || s.stateErr != nil {
 		return nil
 	}
-	now := s.clock.Now()
 	if _, what := stormNext(s.gs.Storm, unhealthy, matched, max, now, s.guard.StormCooldown); what == "" {
 		stormGauge.Set(boolGauge(s.gs.Storm != nil && max >= 0))
 		return nil

@@ -119,3 +119,32 @@ func TestRemediationStorm(t *testing.T) {
 		t.Errorf("events: %d over, %d ended", f.sink.count(ReasonStormOver), f.sink.count(ReasonStormEnded))
 	}
 }
+
+// TestStormClearedWhenLimitRemoved: a storm saved while maxUnhealthy was set holds
+// nothing once the limit is removed from the config, and the next pass clears it.
+func TestStormClearedWhenLimitRemoved(t *testing.T) {
+	f := newFixture(t, 10, 25)
+	limit := intstr.FromInt32(2)
+	f.guard.MaxUnhealthy = &limit
+	f.restart()
+	f.setNodes(nodesFor(0, 5)...)
+	f.settle(t, hostsDoc(0, 5))
+	if err := f.store.ObserveHealth(f.ctx, 3, 5); err != nil || f.store.RemediationHold() == nil {
+		t.Fatalf("3 of 5 with a limit of 2: %v, hold %v", err, f.store.RemediationHold())
+	}
+	f.guard.MaxUnhealthy = nil
+	f.restart()
+	f.settle(t, hostsDoc(0, 5))
+	if err := f.store.TakePowerBudget(f.ctx, "h1", "outOfService", false); err != nil {
+		t.Fatalf("TakePowerBudget without a limit = %v", err)
+	}
+	if err := f.store.ObserveHealth(f.ctx, 3, 5); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := f.state.Load(f.ctx); st.Storm != nil {
+		t.Errorf("saved storm %+v after the limit was removed", st.Storm)
+	}
+	if f.sink.count(ReasonStormEnded) != 1 {
+		t.Errorf("%d %s events", f.sink.count(ReasonStormEnded), ReasonStormEnded)
+	}
+}
