@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -148,6 +149,8 @@ type Agent struct {
 	ready    bool
 	// health probes the nodes' health endpoints (bgp.nodeHealthCheck, mode nodes).
 	health *nodehealth.Checker
+	// drains tracks the draining nodes (bgp.gracefulShutdown).
+	drains drains
 }
 
 // New registers the agent's informers on o.Informers (call before starting it, or the
@@ -261,6 +264,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			a.drains.stop()
 			if speakerDone != nil {
 				if err := <-speakerDone; err != nil && !errors.Is(err, context.Canceled) {
 					return err
@@ -446,23 +450,52 @@ func (a *Agent) syncLoadBalancers(ctx context.Context, sp Speaker, nodes []*v1.N
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
+	gs := a.gracefulShutdown(ctx, nodes)
 	want, problems := lb.Desired(lb.State{
-		Services:       svcs,
-		EndpointSlices: a.slicesOf,
-		Node:           func(name string) (*v1.Node, bool) { n, ok := byName[name]; return n, ok },
-		Nodes:          nodes,
-		Pool:           a.o.Pool,
-		NextHop:        a.o.Config.BGP.NextHop,
-		Self:           a.o.Self,
-		SelfOnly:       a.o.SelfOnly,
-		Healthy:        a.healthy(svcs, nodes),
+		Services:         svcs,
+		EndpointSlices:   a.slicesOf,
+		Node:             func(name string) (*v1.Node, bool) { n, ok := byName[name]; return n, ok },
+		Nodes:            nodes,
+		Pool:             a.o.Pool,
+		NextHop:          a.o.Config.BGP.NextHop,
+		Self:             a.o.Self,
+		SelfOnly:         a.o.SelfOnly,
+		Healthy:          a.healthy(svcs, nodes),
+		GracefulShutdown: gs,
 	})
 	a.reportProblems(ctx, problems)
+	sp.Announce(SourceLoadBalancers, Paths(want))
+	if next := gs.Next(nodes); !next.IsZero() {
+		a.drains.wakeAt(next.Sub(gs.Now), a.kick)
+	}
+}
+
+// Paths turns announcements into the speaker's paths: the next hops of draining
+// nodes (and a draining host's own path) get the GRACEFUL_SHUTDOWN community and
+// LOCAL_PREF 0 (RFC 8326; iBGP peers only receive LOCAL_PREF).
+func Paths(want []lb.Announcement) []bgp.Path {
 	paths := make([]bgp.Path, 0, len(want))
 	for _, w := range want {
-		paths = append(paths, bgp.Path{Prefix: w.Prefix, NextHops: w.NextHops, Communities: w.Communities, LargeCommunities: w.LargeCommunities, LocalPref: w.LocalPref})
+		plain := bgp.Path{Prefix: w.Prefix, NextHops: w.NextHops, Communities: w.Communities, LargeCommunities: w.LargeCommunities, LocalPref: w.LocalPref}
+		marked := plain
+		marked.NextHops = w.GracefulShutdown
+		marked.Communities = append(slices.Clip(w.Communities), lb.CommunityGracefulShutdown)
+		marked.LocalPref = new(uint32)
+		switch {
+		case w.SelfGracefulShutdown:
+			paths = append(paths, marked)
+		case len(w.NextHops) == 0 && len(w.GracefulShutdown) == 0:
+			paths = append(paths, plain) // next hop self
+		default:
+			if len(w.NextHops) > 0 {
+				paths = append(paths, plain)
+			}
+			if len(w.GracefulShutdown) > 0 {
+				paths = append(paths, marked)
+			}
+		}
 	}
-	sp.Announce(SourceLoadBalancers, paths)
+	return paths
 }
 
 // healthy sets the node health checker's targets for this pass (every eligible

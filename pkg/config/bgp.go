@@ -39,6 +39,7 @@ const (
 	DefaultNodeHealthCheckTimeout = time.Second
 	DefaultNodeHealthCheckFails   = 3
 	DefaultKubeProxyHealthzPort   = 10256
+	DefaultGracefulShutdownTime   = 30 * time.Second
 )
 
 // BGPConfig enables the embedded BGP speaker that runs in every replica (and in the
@@ -72,6 +73,25 @@ type BGPConfig struct {
 	// NodeHealthCheck, in next-hop mode nodes, probes every node the way cloud load
 	// balancers do and withdraws a node's next hops after consecutive failures.
 	NodeHealthCheck *NodeHealthCheck `json:"nodeHealthCheck,omitempty"`
+	// GracefulShutdown, when set, moves traffic off a draining node before its
+	// endpoints go (RFC 8326): see GracefulShutdown.
+	GracefulShutdown *GracefulShutdown `json:"gracefulShutdown,omitempty"`
+}
+
+// GracefulShutdown re-announces every path whose next hop is a draining node (a
+// cordoned Node with condition DrainInProgress True, one with
+// GracefulNodeShutdownInProgress True, or any cordoned Node with OnCordon) with the
+// GRACEFUL_SHUTDOWN community 65535:0 (and LOCAL_PREF 0 to iBGP peers), so routers
+// that honor it prefer the other next hops, then withdraws each such path once Time
+// has passed since the drain began and the node has no serving endpoint of the
+// Service left, whichever is later. Uncordoning restores the paths.
+type GracefulShutdown struct {
+	// Time is the least time a draining node's paths stay announced with
+	// GRACEFUL_SHUTDOWN before they are withdrawn. Default 30s.
+	Time *metav1.Duration `json:"time,omitempty"`
+	// OnCordon treats every cordoned Node (spec.unschedulable) as draining, not
+	// only those with DrainInProgress True. Default false.
+	OnCordon bool `json:"onCordon,omitempty"`
 }
 
 // NodeHealthCheck probes nodes in next-hop mode nodes: kube-proxy's /healthz for
@@ -154,6 +174,9 @@ func setBGPDefaults(b *BGPConfig) {
 		if h.KubeProxyPort == 0 {
 			h.KubeProxyPort = DefaultKubeProxyHealthzPort
 		}
+	}
+	if g := b.GracefulShutdown; g != nil && g.Time == nil {
+		g.Time = &metav1.Duration{Duration: DefaultGracefulShutdownTime}
 	}
 	for i := range b.Peers {
 		SetBGPPeerDefaults(&b.Peers[i])

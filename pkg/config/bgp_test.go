@@ -29,6 +29,7 @@ bgp:
   peers:
   - {address: 10.0.0.254, asn: 65001}
   - {address: "fd00::fe", asn: 65001, holdTime: 6s, sourceAddress: "fd00::1", passwordFile: /etc/baremetal-ccm/bgp-pw, gracefulRestart: 2m}
+  gracefulShutdown: {}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +37,9 @@ bgp:
 	b := cfg.BGP
 	if b.NextHop != NextHopSelf {
 		t.Errorf("nextHop = %q", b.NextHop)
+	}
+	if g := b.GracefulShutdown; g == nil || g.Time.Duration != DefaultGracefulShutdownTime || g.OnCordon {
+		t.Errorf("gracefulShutdown defaults = %+v", g)
 	}
 	p := b.Peers[0]
 	if p.Port != 179 || p.HoldTime.Duration != 90*time.Second || p.KeepaliveTime.Duration != 30*time.Second || p.ConnectRetry.Duration != 5*time.Second {
@@ -83,6 +87,7 @@ func TestValidateBGP(t *testing.T) {
 		{"router id junk", func(b *BGPConfig) { b.RouterID = "router1" }, "bgp.routerID", "IPv4"},
 		{"listen port", func(b *BGPConfig) { b.ListenPort = 70000 }, "bgp.listenPort", "1-65535"},
 		{"next hop", func(b *BGPConfig) { b.NextHop = "router" }, "bgp.nextHop", "self"},
+		{"graceful shutdown time", func(b *BGPConfig) { b.GracefulShutdown = &GracefulShutdown{Time: d("-1s")} }, "bgp.gracefulShutdown.time", "0s-1h"},
 		{"peer address", func(b *BGPConfig) { b.Peers[0].Address = "10.0.0" }, "bgp.peers[0].address", "IPv4 or IPv6"},
 		{"peer address empty", func(b *BGPConfig) { b.Peers[0].Address = "" }, "bgp.peers[0].address", "Required"},
 		{"peer address zone", func(b *BGPConfig) { b.Peers[0].Address = "fe80::1%eth0" }, "bgp.peers[0].address", "without zone"},

@@ -153,6 +153,9 @@ func validateBGPSpeaker(b *BGPConfig, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(hp.Child("kubeProxyPort"), h.KubeProxyPort, "must be a port 1-65535 (kube-proxy's --healthz-bind-address port, default 10256)"))
 		}
 	}
+	if g := b.GracefulShutdown; g != nil && g.Time != nil && (g.Time.Duration < 0 || g.Time.Duration > time.Hour) {
+		errs = append(errs, field.Invalid(p.Child("gracefulShutdown", "time"), g.Time.Duration.String(), "must be 0s-1h: how long a draining node's paths stay announced with GRACEFUL_SHUTDOWN at least (0s: withdrawn once its endpoints are gone)"))
+	}
 	seen := map[netip.Addr]int{}
 	for i := range b.Peers {
 		pp := p.Child("peers").Index(i)

@@ -33,6 +33,11 @@ type Announcement struct {
 	Communities      []string
 	LargeCommunities []string
 	LocalPref        *uint32
+	// GracefulShutdown are next hops of draining nodes (bgp.gracefulShutdown), to be
+	// announced with the GRACEFUL_SHUTDOWN community and LOCAL_PREF 0 (disjoint from
+	// NextHops); SelfGracefulShutdown marks the path with next hop self so.
+	GracefulShutdown     []netip.Addr
+	SelfGracefulShutdown bool
 }
 
 // State is what the announcements are computed from: the replica's informer caches.
@@ -61,6 +66,9 @@ type State struct {
 	// Healthy, when set (bgp.nodeHealthCheck), leaves out of a Service's next hops
 	// (mode nodes) the nodes whose health endpoint for it fails.
 	Healthy func(node *v1.Node, svc *v1.Service) bool
+	// GracefulShutdown, when set (bgp.gracefulShutdown), keeps a draining node's
+	// paths, marked, until its endpoints are gone and its time has passed.
+	GracefulShutdown *GracefulShutdown
 }
 
 // Problem is a Service whose announcement could not be computed as asked (for
@@ -77,10 +85,17 @@ func Desired(s State) ([]Announcement, []Problem) {
 	var problems []Problem
 	seen := map[netip.Prefix]int{}
 	selfEligible := false
-	if s.SelfOnly && s.Node != nil {
+	var selfNode *v1.Node
+	if s.Node != nil {
 		if n, ok := s.Node(s.Self); ok {
+			selfNode = n
 			selfEligible = Eligible(n)
 		}
+	}
+	// Serving endpoints matter only while some node drains.
+	gs := s.GracefulShutdown
+	if gs != nil && !anyDraining(gs, s.Nodes, selfNode) {
+		gs = nil
 	}
 	for _, svc := range s.Services {
 		if !Owned(svc) || svc.DeletionTimestamp != nil {
@@ -95,9 +110,13 @@ func Desired(s State) ([]Announcement, []Problem) {
 			problems = append(problems, Problem{Service: svc, Err: err})
 		}
 		local := svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
-		var ready map[string]bool
-		if local {
-			ready = ReadyEndpointNodes(s.EndpointSlices(svc.Namespace, svc.Name))
+		var ready, serving map[string]bool
+		if local || gs != nil {
+			eps := s.EndpointSlices(svc.Namespace, svc.Name)
+			ready = ReadyEndpointNodes(eps)
+			if gs != nil {
+				serving = ServingEndpointNodes(eps)
+			}
 		}
 		for _, ip := range ips {
 			a := Announcement{Prefix: netip.PrefixFrom(ip, ip.BitLen())}
@@ -115,30 +134,40 @@ func Desired(s State) ([]Announcement, []Problem) {
 			}
 			a.Communities = appendUnique(a.Communities, comms...)
 			a.LargeCommunities = appendUnique(a.LargeCommunities, large...)
-			switch {
-			case s.SelfOnly:
-				if !selfEligible || local && !ready[s.Self] {
-					continue // this host takes no traffic for it: another host announces it
-				}
-			case s.NextHop == config.NextHopNodes:
-				a.NextHops = nodeNextHops(s.Nodes, ip.Is4(), local, ready, func(n *v1.Node) bool { return s.Healthy == nil || s.Healthy(n, svc) })
-				if len(a.NextHops) == 0 {
+			if s.NextHop == config.NextHopNodes && !s.SelfOnly {
+				a.NextHops, a.GracefulShutdown = nodeNextHops(s.Nodes, ip.Is4(), local, ready, serving, gs, func(n *v1.Node) bool { return s.Healthy == nil || s.Healthy(n, svc) })
+				if len(a.NextHops)+len(a.GracefulShutdown) == 0 {
 					continue // no eligible node: announcing would blackhole the traffic
 				}
-			default:
-				if local && !ready[s.Self] {
-					continue // no local endpoint on this host: its kube-proxy would drop the traffic
+			} else {
+				// Next hop self. An agent (SelfOnly) announces only while its Node takes
+				// traffic; with a Local Service, a host announces only with a ready local
+				// endpoint (its kube-proxy would drop the traffic otherwise).
+				eligible := (!s.SelfOnly || selfEligible) && (!local || ready[s.Self])
+				announce, gshut := gs.hop(selfNode, local, eligible, serving[s.Self])
+				if !announce {
+					continue // this host takes no traffic for it: another host announces it
 				}
+				a.SelfGracefulShutdown = gshut
 			}
 			if i, dup := seen[a.Prefix]; dup {
-				// a shared IP: one announcement, next hops and communities merged
+				// a shared IP: one announcement, next hops and communities merged; a path
+				// one Service announces plainly is not marked for the other draining
 				out[i].NextHops = appendUniqueAddr(out[i].NextHops, a.NextHops...)
+				out[i].GracefulShutdown = appendUniqueAddr(out[i].GracefulShutdown, a.GracefulShutdown...)
+				out[i].SelfGracefulShutdown = out[i].SelfGracefulShutdown && a.SelfGracefulShutdown
 				out[i].Communities = appendUnique(out[i].Communities, a.Communities...)
 				out[i].LargeCommunities = appendUnique(out[i].LargeCommunities, a.LargeCommunities...)
 				continue
 			}
 			seen[a.Prefix] = len(out)
 			out = append(out, a)
+		}
+	}
+	for i := range out {
+		if len(out[i].GracefulShutdown) > 0 {
+			out[i].GracefulShutdown = slices.DeleteFunc(out[i].GracefulShutdown, func(h netip.Addr) bool { return slices.Contains(out[i].NextHops, h) })
+			slices.SortFunc(out[i].GracefulShutdown, func(a, b netip.Addr) int { return a.Compare(b) })
 		}
 	}
 	for i := range out {
@@ -177,17 +206,41 @@ func Eligible(n *v1.Node) bool {
 	return ready
 }
 
-func nodeNextHops(nodes []*v1.Node, v4, local bool, ready map[string]bool, healthy func(*v1.Node) bool) []netip.Addr {
-	var hops []netip.Addr
+// nodeNextHops returns the next hops of a Service's IP in mode nodes: plain ones, and
+// those of draining nodes to mark with GRACEFUL_SHUTDOWN (gs.hop).
+func nodeNextHops(nodes []*v1.Node, v4, local bool, ready, serving map[string]bool, gs *GracefulShutdown, healthy func(*v1.Node) bool) (hops, gshut []netip.Addr) {
 	for _, n := range nodes {
-		if !Eligible(n) || local && !ready[n.Name] || !healthy(n) {
+		if !Eligible(n) || !healthy(n) {
+			continue
+		}
+		announce, marked := gs.hop(n, local, !local || ready[n.Name], serving[n.Name])
+		if !announce {
 			continue
 		}
 		if ip, ok := InternalIP(n, v4); ok {
-			hops = append(hops, ip)
+			if marked {
+				gshut = append(gshut, ip)
+			} else {
+				hops = append(hops, ip)
+			}
 		}
 	}
-	return hops
+	return hops, gshut
+}
+
+// anyDraining reports whether a node of nodes, or self, drains.
+func anyDraining(gs *GracefulShutdown, nodes []*v1.Node, self *v1.Node) bool {
+	if self != nil {
+		if _, ok := gs.Draining(self); ok {
+			return true
+		}
+	}
+	for _, n := range nodes {
+		if _, ok := gs.Draining(n); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // InternalIP returns the Node's first InternalIP of the family.
