@@ -16,12 +16,13 @@ import (
 
 // newPreflight returns the monitor of what this replica needs in the cluster: the
 // CCM's namespace with the deletion guard's (and, with a loadBalancer section, the
-// pools') ConfigMap it may create, read and update, the leader-election Lease, and the
-// load balancer's address claims. /readyz fails until it passes (systemd READY does
+// pools') ConfigMap it may create, read and update, the leader-election Lease, the
+// load balancer's address claims, and (instances.outOfServiceAfter) listing pods and
+// VolumeAttachments. /readyz fails until it passes (systemd READY does
 // not wait for it: the Node controllers work without the namespace); a change is
 // logged once and set as the condition baremetal-ccm.io/CCMPreflight on this
 // replica's Node, with an event, and as systemd's STATUS.
-func newPreflight(c *config.CompletedConfig, withLB bool, nodeName string, n notifier) *preflight.Monitor {
+func newPreflight(c *config.CompletedConfig, withLB, outOfService bool, nodeName string, n notifier) *preflight.Monitor {
 	ns := provider.GuardStateNamespace
 	guard := "the deletion guard's state"
 	perms := []preflight.Permission{
@@ -40,6 +41,12 @@ func newPreflight(c *config.CompletedConfig, withLB bool, nodeName string, n not
 				perms = append(perms, preflight.Permission{Verb: verb, Group: "networking.k8s.io", Resource: "ipaddresses", For: "the load balancer's address claims"})
 			}
 		}
+	}
+	if outOfService {
+		// The out-of-service taint comes off only once the Node is empty (pkg/powermon).
+		perms = append(perms,
+			preflight.Permission{Verb: "list", Resource: "pods", For: "removing the out-of-service taint"},
+			preflight.Permission{Verb: "list", Group: "storage.k8s.io", Resource: "volumeattachments", For: "removing the out-of-service taint"})
 	}
 	if le := c.ComponentConfig.Generic.LeaderElection; le.LeaderElect {
 		for _, verb := range []string{"get", "update"} {

@@ -129,7 +129,7 @@ func run(ctx context.Context, c *config.CompletedConfig, cloud cloudprovider.Int
 		if c.ComponentConfig.Generic.LeaderElection.LeaderElect {
 			bc.SetFence(leaseFence(c))
 		}
-		p.setPreflight(newPreflight(c, bc.Config().LoadBalancer != nil, p.nodeName, p.notifier))
+		p.setPreflight(newPreflight(c, bc.Config().LoadBalancer != nil, bc.Config().Instances.OutOfServiceAfter != nil, p.nodeName, p.notifier))
 		go p.preflightMonitor().Run(ctx)
 	}
 

@@ -170,8 +170,9 @@ type DeletionGuard struct {
 type InstancesConfig struct {
 	// OutOfServiceAfter: a NotReady Node whose host has been off this long gets the
 	// node.kubernetes.io/out-of-service taint (non-graceful node shutdown: volumes
-	// detach, pods are deleted); it is removed when the host is on and the Node Ready.
-	// Unset: never. At least 1m.
+	// detach, pods are deleted); it is removed while the host still reads off, once the
+	// Node holds no pod the taint evicts and no VolumeAttachment (never after the host
+	// came back: kubernetes#142331). Unset: never. At least 1m.
 	OutOfServiceAfter *metav1.Duration `json:"outOfServiceAfter,omitempty"`
 	// DeleteAfter: a NotReady Node whose host has been off this long, and is off now,
 	// is reported gone, so the node-lifecycle controller deletes it. Unset: never. At

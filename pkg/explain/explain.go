@@ -228,13 +228,19 @@ func (e *Explainer) Node(ctx context.Context, name string) (string, error) {
 			why = " (the BMC reports the host off while the Node is NotReady)"
 		case v1.TaintNodeOutOfService:
 			why = " (non-graceful shutdown: volumes are detached)"
-			if _, ours := n.Annotations[powermon.AnnotationOutOfService]; ours {
-				why = " (added by baremetal-ccm's out-of-service policy: the host has been off for instances.outOfServiceAfter)"
+			switch n.Annotations[powermon.AnnotationOutOfService] {
+			case powermon.OutOfServiceAdded:
+				why = " (added by baremetal-ccm's out-of-service policy: the host has been off for instances.outOfServiceAfter; it comes off while the host still reads off, once the Node holds no pod and no volume attachment)"
+			case powermon.OutOfServiceKept:
+				why = fmt.Sprintf(" (added by baremetal-ccm's out-of-service policy; the host came back on before the Node was empty, so it is left to you: once the workloads are confirmed elsewhere, kubectl taint nodes %s %s-)", n.Name, v1.TaintNodeOutOfService)
 			}
 		case v1.TaintNodeNotReady, v1.TaintNodeUnreachable:
 			why = " (the kubelet does not report)"
 		}
 		fmt.Fprintf(&b, "  taint %s:%s%s\n", t.Key, t.Effect, why)
+	}
+	if n.Annotations[powermon.AnnotationOutOfService] == powermon.OutOfServiceReleased {
+		fmt.Fprintf(&b, "  out-of-service: taint removed while the host read off and the Node was empty; not added again until the host has been on\n")
 	}
 	for _, t := range []v1.NodeConditionType{powermon.ConditionBMCReachable, powermon.ConditionPoweredOn, powermon.ConditionRemediationHeld, preflight.ConditionType} {
 		for _, c := range n.Status.Conditions {

@@ -177,7 +177,8 @@ func ccmContainer(image string, port int, args, extra []string) v1.Container {
 // ClusterRoleRules are the permissions of the CCM: the ClusterRole of the upstream
 // cloud-controller-manager documentation (without persistent volumes, which this
 // provider does not label), plus leases for leader election, read access to
-// EndpointSlices and the load balancer's address claims (IPAddress). A golden test and the e2e suite (which runs the CCM bound only to
+// EndpointSlices and the load balancer's address claims (IPAddress), and listing pods
+// and VolumeAttachments (the out-of-service taint's removal). A golden test and the e2e suite (which runs the CCM bound only to
 // these rules) catch a missing or an excess permission.
 func ClusterRoleRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
@@ -192,6 +193,10 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 		// Address claims (pkg/lb: one IPAddress per load-balancer address).
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"get", "list", "create", "delete"}},
+		// The out-of-service taint comes off only once the powered-off Node holds no pod
+		// and no volume attachment (pkg/powermon).
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"list"}},
 	}
 }
 

@@ -59,11 +59,20 @@ const (
 	// been on meanwhile, so its count restarts.
 	AnnotationOffSeen = "baremetal-ccm.io/powered-off-seen"
 	// AnnotationOutOfService marks an out-of-service taint this CCM added (one added by
-	// a person is never removed).
+	// a person is never removed): OutOfServiceAdded while the taint is on,
+	// OutOfServiceReleased once it was removed while the host still read off (it is not
+	// added again in that off period), OutOfServiceKept once the host came on with the
+	// taint still there (left to a person). The annotation goes when the host reads on
+	// without the taint.
 	AnnotationOutOfService = "baremetal-ccm.io/out-of-service-taint"
+	OutOfServiceAdded      = "true"
+	OutOfServiceReleased   = "released"
+	OutOfServiceKept       = "kept"
 
 	ReasonOutOfService        = "OutOfServiceTaintAdded"
 	ReasonOutOfServiceRemoved = "OutOfServiceTaintRemoved"
+	// ReasonOutOfServiceKept: the host came on while the taint was still on the Node.
+	ReasonOutOfServiceKept = "OutOfServiceTaintKept"
 	// Reasons of ConditionRemediationHeld.
 	ReasonRemediationStorm = "RemediationStorm"
 	ReasonStormCooldown    = "StormCooldown"
@@ -430,17 +439,37 @@ func (m *Monitor) update(ctx context.Context, node *v1.Node, host *inventory.Hos
 // outOfService applies the out-of-service policy: the taint goes on a NotReady,
 // initialized Node whose host (not in maintenance: in the inventory, or by a Node
 // lifecycle condition; nor excluded by label: see maintenance.Remediation) has been
-// off for OutOfServiceAfter,
-// as read just now from a BMC that names the same machine, when the power-off budget
-// grants it; it comes off (only if we added it) once the host is on and the Node Ready.
+// off for OutOfServiceAfter, as read just now from a BMC that names the same machine,
+// when the power-off budget grants it. It comes off (only if we added it) while the
+// host still reads off, once the Node holds no pod that the taint evicts and no
+// VolumeAttachment: never after the host could have come back, when a stale informer
+// could still treat the live Node as shut down (kubernetes#142331). A host that comes
+// on while the taint is still there keeps it, with a warning event: a person removes
+// it once the workloads are confirmed elsewhere.
 func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *inventory.Host, off, on bool, since string) error {
 	if m.cfg.OutOfServiceAfter <= 0 {
 		return nil
 	}
-	_, ours := node.Annotations[AnnotationOutOfService]
+	mark, ours := node.Annotations[AnnotationOutOfService]
 	tainted := hasTaint(node, v1.TaintNodeOutOfService)
 	switch {
-	case off && !tainted && !isReady(node):
+	case off && tainted && ours:
+		left, err := m.leftOn(ctx, node.Name)
+		if err != nil {
+			return fmt.Errorf("out-of-service taint kept: %w", err)
+		}
+		if left != "" {
+			klog.FromContext(ctx).V(2).Info("Out-of-service taint kept until the Node is empty", "node", node.Name, "left", left)
+			return nil
+		}
+		if err := m.annotate(ctx, node.Name, AnnotationOutOfService, OutOfServiceReleased); err != nil {
+			return err
+		}
+		if err := cloudnodeutil.RemoveTaintOffNode(m.client, node.Name, node, OutOfServiceTaint()); err != nil {
+			return fmt.Errorf("removing the out-of-service taint: %w", err)
+		}
+		m.record(node, v1.EventTypeNormal, ReasonOutOfServiceRemoved, "The host still reads off and the Node holds no pod the taint evicts and no volume attachment: removed %s before the host can come back; it is not added again until the host has been on", v1.TaintNodeOutOfService)
+	case off && !tainted && !isReady(node) && mark != OutOfServiceReleased:
 		t, err := time.Parse(time.RFC3339, since)
 		if ended := maintenance.Ended(node); ended.After(t) {
 			t = ended // off time counts from the end of the Node's maintenance
@@ -448,7 +477,17 @@ func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *invento
 		if err != nil || m.clock.Since(t) < m.cfg.OutOfServiceAfter || host.State == inventory.StateMaintenance || maintenance.Remediation(node) != nil || hasTaint(node, cloudproviderapi.TaintExternalCloudProvider) {
 			return nil
 		}
-		if err := m.inv.TakePowerBudget(ctx, host.Name, "outOfService", maintenance.ControlPlane(node)); err != nil {
+		// The Node in hand was read before the BMC answered: re-read it, so a
+		// maintenance condition, an exclusion label or readiness that came meanwhile
+		// is honored and no budget is spent on a stale view.
+		fresh, err := m.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("re-reading the Node before the out-of-service taint: %w", err)
+		}
+		if isReady(fresh) || maintenance.Remediation(fresh) != nil || hasTaint(fresh, v1.TaintNodeOutOfService) || fresh.Annotations[AnnotationOutOfService] == OutOfServiceReleased {
+			return nil
+		}
+		if err := m.inv.TakePowerBudget(ctx, host.Name, "outOfService", maintenance.ControlPlane(fresh)); err != nil {
 			if errors.Is(err, inventory.ErrMaintenance) {
 				return nil // exempt, as in the inventory that is settling
 			}
@@ -457,23 +496,59 @@ func (m *Monitor) outOfService(ctx context.Context, node *v1.Node, host *invento
 			}
 			return fmt.Errorf("out-of-service taint not added: %w", err)
 		}
-		if err := m.annotate(ctx, node.Name, AnnotationOutOfService, "true"); err != nil {
+		if err := m.annotate(ctx, node.Name, AnnotationOutOfService, OutOfServiceAdded); err != nil {
 			return err
 		}
 		if err := cloudnodeutil.AddOrUpdateTaintOnNode(m.client, node.Name, OutOfServiceTaint()); err != nil {
 			return fmt.Errorf("adding the out-of-service taint: %w", err)
 		}
 		m.record(node, v1.EventTypeWarning, ReasonOutOfService, "The host has been powered off since %s (more than %s): added %s so its volumes detach and its pods are rescheduled", since, m.cfg.OutOfServiceAfter, v1.TaintNodeOutOfService)
-	case on && ours && isReady(node):
-		if tainted {
-			if err := cloudnodeutil.RemoveTaintOffNode(m.client, node.Name, node, OutOfServiceTaint()); err != nil {
-				return fmt.Errorf("removing the out-of-service taint: %w", err)
-			}
-			m.record(node, v1.EventTypeNormal, ReasonOutOfServiceRemoved, "The host is powered on and the Node Ready: removed %s", v1.TaintNodeOutOfService)
+	case on && ours && tainted:
+		if mark == OutOfServiceKept {
+			return nil
 		}
+		if err := m.annotate(ctx, node.Name, AnnotationOutOfService, OutOfServiceKept); err != nil {
+			return err
+		}
+		m.record(node, v1.EventTypeWarning, ReasonOutOfServiceKept, "The host is powered on while %s is still on the Node (its pods or volume attachments were not gone while it was off): not removed automatically; once its workloads are confirmed elsewhere, remove it with: kubectl taint nodes %s %s-", v1.TaintNodeOutOfService, node.Name, v1.TaintNodeOutOfService)
+	case on && ours:
 		return m.annotate(ctx, node.Name, AnnotationOutOfService, nil)
 	}
 	return nil
+}
+
+// leftOn names what still holds the Node's workloads ("" when nothing does): a pod
+// bound to it that the out-of-service taint evicts (not a mirror pod, not one that
+// has finished, not one tolerating the taint), or a VolumeAttachment to it. Both are
+// read from the API, not a cache, since this decides a taint removal.
+func (m *Monitor) leftOn(ctx context.Context, node string) (string, error) {
+	pods, err := m.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return "", fmt.Errorf("listing the Node's pods: %w", err)
+	}
+	taint, logger := OutOfServiceTaint(), klog.FromContext(ctx)
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != node || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		if _, mirror := p.Annotations[v1.MirrorPodAnnotationKey]; mirror {
+			continue
+		}
+		if slices.ContainsFunc(p.Spec.Tolerations, func(t v1.Toleration) bool { return t.ToleratesTaint(logger, taint, true) }) {
+			continue
+		}
+		return "pod " + p.Namespace + "/" + p.Name, nil
+	}
+	vas, err := m.client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("listing VolumeAttachments: %w", err)
+	}
+	for _, va := range vas.Items {
+		if va.Spec.NodeName == node {
+			return "VolumeAttachment " + va.Name, nil
+		}
+	}
+	return "", nil
 }
 
 // annotate sets (value a string) or removes (value nil) one annotation.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -311,34 +312,120 @@ func TestMonitorIntervals(t *testing.T) {
 	}
 }
 
+// fenced reports whether the monitor acted on n with the out-of-service taint (it may
+// have removed the taint again while the host read off).
+func fenced(n *v1.Node) bool {
+	_, ok := n.Annotations[AnnotationOutOfService]
+	return ok || hasTaint(n, v1.TaintNodeOutOfService)
+}
+
+// The taint goes on after outOfServiceAfter; while the host still reads off it comes
+// off once no pod the taint evicts and no VolumeAttachment is left on the Node, and it
+// is not added again in that off period; the host coming on clears the marker.
 func TestOutOfServicePolicy(t *testing.T) {
 	f := newFixture(t, false)
 	f.m.cfg.OutOfServiceAfter = time.Minute
+	pod := func(name string, mutate func(*v1.Pod)) {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: v1.PodSpec{NodeName: "n1"}}
+		if mutate != nil {
+			mutate(p)
+		}
+		if _, err := f.client.CoreV1().Pods("default").Create(f.ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod("app", nil)
+	pod("elsewhere", func(p *v1.Pod) { p.Spec.NodeName = "n2" })
+	pod("static", func(p *v1.Pod) { p.Annotations = map[string]string{v1.MirrorPodAnnotationKey: "x"} })
+	pod("done", func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded })
+	pod("tolerates", func(p *v1.Pod) {
+		p.Spec.Tolerations = []v1.Toleration{{Key: v1.TaintNodeOutOfService, Operator: v1.TolerationOpExists}}
+	})
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "csi-1"}, Spec: storagev1.VolumeAttachmentSpec{Attacher: "csi.example.com", NodeName: "n1"}}
+	if _, err := f.client.StorageV1().VolumeAttachments().Create(f.ctx, va, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	f.power.set(bmc.PowerOff, nil)
 	n := f.sync(t)
-	if hasTaint(n, v1.TaintNodeOutOfService) {
+	if fenced(n) {
 		t.Fatal("tainted before outOfServiceAfter")
 	}
+	step := func() *v1.Node { f.clock.Step(11 * time.Second); return f.sync(t) }
 	f.clock.Step(61 * time.Second)
 	f.sync(t) // the annotation patch and the taint land in this pass
-	n = f.sync(t)
-	if !hasTaint(n, v1.TaintNodeOutOfService) || n.Annotations[AnnotationOutOfService] != "true" {
+	n = step()
+	if !hasTaint(n, v1.TaintNodeOutOfService) || n.Annotations[AnnotationOutOfService] != OutOfServiceAdded {
 		t.Fatalf("after outOfServiceAfter: taints %v annotations %v", n.Spec.Taints, n.Annotations)
 	}
-	// On but still NotReady: the taint stays.
+	// A pod the taint evicts holds the taint, then the VolumeAttachment does.
+	if n = step(); !hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatal("taint removed while a pod is still bound to the Node")
+	}
+	if err := f.client.CoreV1().Pods("default").Delete(f.ctx, "app", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n = step(); !hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatal("taint removed while a VolumeAttachment is still there")
+	}
+	if err := f.client.StorageV1().VolumeAttachments().Delete(f.ctx, "csi-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing left, host still off: removed now, and not added again.
+	if n = step(); hasTaint(n, v1.TaintNodeOutOfService) || n.Annotations[AnnotationOutOfService] != OutOfServiceReleased {
+		t.Fatalf("empty Node, host off: taints %v annotations %v", n.Spec.Taints, n.Annotations)
+	}
+	if !f.hasEvent(ReasonOutOfServiceRemoved) {
+		t.Fatalf("events %v, want %s", f.events, ReasonOutOfServiceRemoved)
+	}
+	for range 3 {
+		if n = step(); hasTaint(n, v1.TaintNodeOutOfService) {
+			t.Fatal("added again in the same off period")
+		}
+	}
+	// The host comes on: the marker goes, the next off period may fence again.
+	f.power.set(bmc.PowerOn, nil)
+	if n = step(); fenced(n) {
+		t.Fatalf("host on: taints %v annotations %v", n.Spec.Taints, n.Annotations)
+	}
+}
+
+// A host that comes on while the taint is still there (the Node was not empty in
+// time) keeps it, even Ready, with a warning event; a person removes it.
+func TestOutOfServiceKeptWhenHostComesOn(t *testing.T) {
+	f := newFixture(t, false)
+	f.m.cfg.OutOfServiceAfter = time.Minute
+	if _, err := f.client.CoreV1().Pods("default").Create(f.ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "app"}, Spec: v1.PodSpec{NodeName: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n := f.offLongEnough(t)
+	if !hasTaint(n, v1.TaintNodeOutOfService) {
+		t.Fatalf("not tainted: %v", n.Annotations)
+	}
 	f.clock.Step(11 * time.Second)
 	f.power.set(bmc.PowerOn, nil)
-	n = f.sync(t)
-	if !hasTaint(n, v1.TaintNodeOutOfService) {
-		t.Fatal("taint removed while the Node is NotReady")
-	}
-	// On and Ready: removed, with our marker.
 	condition(n, v1.NodeReady).Status = v1.ConditionTrue
 	n, _ = f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{})
 	_ = f.idx.Update(n)
 	n = f.sync(t)
-	if hasTaint(n, v1.TaintNodeOutOfService) || n.Annotations[AnnotationOutOfService] != "" {
-		t.Fatalf("on and Ready: taints %v annotations %v", n.Spec.Taints, n.Annotations)
+	if !hasTaint(n, v1.TaintNodeOutOfService) || n.Annotations[AnnotationOutOfService] != OutOfServiceKept {
+		t.Fatalf("host on and Ready with the taint: taints %v annotations %v, want kept", n.Spec.Taints, n.Annotations)
+	}
+	if !f.hasEvent(ReasonOutOfServiceKept) {
+		t.Fatalf("events %v, want %s", f.events, ReasonOutOfServiceKept)
+	}
+	events := len(f.events)
+	f.clock.Step(5 * time.Minute)
+	if n = f.sync(t); !hasTaint(n, v1.TaintNodeOutOfService) || len(f.events) != events {
+		t.Fatalf("a later reading: taints %v, events %v (want one warning only)", n.Spec.Taints, f.events[events:])
+	}
+	// A person removes the taint: the marker goes.
+	n.Spec.Taints = nil
+	n, _ = f.client.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{})
+	_ = f.idx.Update(n)
+	f.clock.Step(5 * time.Minute)
+	if n = f.sync(t); fenced(n) {
+		t.Fatalf("after a person removed the taint: annotations %v", n.Annotations)
 	}
 }
 
@@ -393,7 +480,7 @@ func TestOutOfServiceBudget(t *testing.T) {
 	f.clock.Step(11 * time.Second)
 	f.sync(t)
 	f.clock.Step(11 * time.Second)
-	if n := f.sync(t); !hasTaint(n, v1.TaintNodeOutOfService) {
+	if n := f.sync(t); !fenced(n) {
 		t.Fatal("not tainted once the budget allows it")
 	}
 }
@@ -539,5 +626,25 @@ func TestIdentityMismatch(t *testing.T) {
 	f.clock.Step(11 * time.Second)
 	if n := f.sync(t); n.Annotations[AnnotationOffSince] == "" {
 		t.Fatalf("not stamped off for the right machine: %v", n.Annotations)
+	}
+}
+
+// The Node the pass started from is re-read before the budget is taken: a maintenance
+// condition set while the BMC was being read exempts the host (no taint, no budget).
+func TestOutOfServiceRereadsTheNode(t *testing.T) {
+	f := newFixture(t, false)
+	f.m.cfg.OutOfServiceAfter = time.Minute
+	f.power.set(bmc.PowerOff, nil)
+	f.sync(t)
+	f.clock.Step(61 * time.Second)
+	n, _ := f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
+	n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: v1.NodeMaintenanceInProgress, Status: v1.ConditionTrue})
+	if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.m.Sync(f.ctx) // the lister still has the Node without the condition
+	n, _ = f.client.CoreV1().Nodes().Get(f.ctx, "n1", metav1.GetOptions{})
+	if fenced(n) || len(f.inv.budget) != 0 {
+		t.Fatalf("acted on a stale view of the Node: taints %v annotations %v budget %v", n.Spec.Taints, n.Annotations, f.inv.budget)
 	}
 }

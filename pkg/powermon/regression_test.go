@@ -89,10 +89,10 @@ func TestOffCountRestartsAfterAnUnreadPeriod(t *testing.T) {
 	if _, ok := OffSince(n, f.clock.Now(), MaxUnobserved(10*time.Second)); !ok {
 		t.Errorf("the count did not stand over 5 minutes of reads: %v", n.Annotations)
 	}
-	if !hasTaint(n, v1.TaintNodeOutOfService) {
+	if !fenced(n) {
 		t.Errorf("no out-of-service taint after 5 minutes seen off: %v", n.Annotations)
 	}
-	if writes > 5+3 { // 5 last-seen refreshes, then the taint's annotation, taint and event-free patches
+	if writes > 5+5 { // 5 last-seen refreshes, the taint's annotation and taint, then their release
 		t.Errorf("%d patches over 5 minutes of reads, want about one a minute", writes)
 	}
 }

@@ -34,7 +34,8 @@ import (
 // Each agent peers with the rack's BIRD using its own host's TCP-MD5 password, and
 // announces only itself: its own pod CIDR, a Cluster Service's IP via itself, and a
 // Local Service's IP only where the Service has an endpoint. A rotated password
-// (router and file) is applied without a restart.
+// (router and file) is applied without a restart. A draining worker's path is
+// marked GRACEFUL_SHUTDOWN, then withdrawn, and restored on uncordon.
 func TestAgentLeastPrivilege(t *testing.T) {
 	l := newLabNoCCM(t)
 	ctx := l.ctx
@@ -119,7 +120,7 @@ hosts:
 
 	// The workers: agent identity, a CloudConfig without inventory, their own password.
 	agentCfg := filepath.Join(l.dir, "agent-cloud-config.yaml")
-	writeFile(t, agentCfg, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\n"+pools+"bgp: {localASN: 65000, nextHop: nodes, announcePodCIDRs: true}\n")
+	writeFile(t, agentCfg, "apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\n"+pools+"bgp: {localASN: 65000, nextHop: nodes, announcePodCIDRs: true, gracefulShutdown: {time: 5s}}\n")
 	if data, _ := os.ReadFile(agentCfg); strings.Contains(string(data), "inventory") || strings.Contains(string(data), "bmc") {
 		t.Fatalf("the worker's CloudConfig mentions the inventory or BMCs:\n%s", data)
 	}
@@ -268,6 +269,50 @@ hosts:
 	waitSession(0, "worker 0's session with the rotated password")
 	waitFrom(netip.PrefixFrom(localIP, 32), 0)
 	waitFrom(netip.MustParsePrefix("10.244.60.0/24"), 0)
+
+	// Worker 1 drains (bgp.gracefulShutdown): its agent re-announces its path of the
+	// Cluster Service with GRACEFUL_SHUTDOWN, which BIRD's import filter turns into
+	// LOCAL_PREF 0, so worker 0's path is the best; with no endpoint on worker 1 the path
+	// goes after gracefulShutdown.time; uncordoned, it comes back plain.
+	cluster := netip.PrefixFrom(clusterIP, 32)
+	drain := func(on bool) {
+		t.Helper()
+		n, err := l.node(names[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Spec.Unschedulable = on
+		if _, err := l.cp.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		st := map[bool]v1.ConditionStatus{true: v1.ConditionTrue, false: v1.ConditionFalse}[on]
+		if err := framework.SetNodeCondition(ctx, l.cp.Client, names[1], v1.NodeCondition{Type: v1.NodeDrainInProgress, Status: st, Reason: "Test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(true)
+	err = framework.WaitFor(ctx, 30*time.Second, "worker 1's path marked and worker 0's the best", func(ctx context.Context) (bool, error) {
+		routes, err := r.RoutesFor(ctx, cluster)
+		if err != nil || len(routes) != 2 {
+			return false, nil
+		}
+		for _, rt := range routes {
+			marked := slices.Contains(rt.Communities, "65535:0") && rt.LocalPref != nil && *rt.LocalPref == 0
+			if rt.Protocol == r.Protocol(1, false) && (!marked || rt.Primary) || rt.Protocol == r.Protocol(0, false) && (marked || !rt.Primary) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFrom(cluster, 0)
+	drain(false)
+	waitFrom(cluster, 0, 1)
+	if routes, err := r.RoutesFor(ctx, cluster); err != nil || slices.ContainsFunc(routes, func(rt bird.Route) bool { return slices.Contains(rt.Communities, "65535:0") }) {
+		t.Errorf("after uncordon: %+v, %v; want both paths plain", routes, err)
+	}
 
 	// What the agents announce, per prefix, is O(1) per host: BIRD holds one path per
 	// (prefix, announcing host) and nothing more.

@@ -8,16 +8,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	cloudproviderapi "k8s.io/cloud-provider/api"
+	"k8s.io/utils/ptr"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/explain"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
@@ -393,11 +396,17 @@ func powerLab(t *testing.T, bmcs []*redfish.BMC, inv, name, subnet, budget strin
 // TestPowerOffPolicies: a NotReady Node whose host has stayed off past
 // outOfServiceAfter gets the out-of-service taint, past deleteAfter it is deleted; a
 // host that comes back on keeps its Node; a host in maintenance, off for days by
-// design, is neither fenced nor deleted.
+// design, is neither fenced nor deleted. The taint comes off while the host still
+// reads off, once the Node is empty: pol-0's VolumeAttachment holds it until it is
+// deleted (the attach-detach controller's part, played by the test); pol-1 comes back
+// on with a pod still bound to it, so its taint stays, with a warning, until a person
+// removes it (kubernetes#142331).
 func TestPowerOffPolicies(t *testing.T) {
 	bmcs, inv := redfishHosts(t, "pol", "10.90.0", 3, nil)
 	inv = strings.Replace(inv, "- name: pol-2\n", "- name: pol-2\n  state: maintenance\n", 1)
 	l, _ := powerLab(t, bmcs, inv, "pol", "10.90.0", "")
+	va := l.attachVolume("pol-0")
+	l.bindPod("pol-1")
 	// Off for 2 minutes: out of service, not deleted.
 	for i := range 3 {
 		l.backdateOffSince(fmt.Sprintf("pol-%d", i), 2*time.Minute)
@@ -407,9 +416,35 @@ func TestPowerOffPolicies(t *testing.T) {
 	}
 	l.waitEvent("default", "Node", "pol-0", powermon.ReasonOutOfService)
 	l.stillThere(3*time.Second, "pol-0", "pol-1", "pol-2")
-	// pol-1 comes back; pol-0 and pol-2 have been off for 10 minutes: pol-0 goes.
+	for _, name := range []string{"pol-0", "pol-1"} {
+		if n, _ := l.node(name); !framework.HasTaint(n, v1.TaintNodeOutOfService) {
+			t.Fatalf("%s: the out-of-service taint came off while its Node still held a volume attachment or a pod", name)
+		}
+	}
+	// pol-0's volume is detached while its host still reads off: the taint comes off
+	// and is not added again.
+	if err := l.cp.Client.StorageV1().VolumeAttachments().Delete(l.ctx, va, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l.waitTaint("pol-0", v1.TaintNodeOutOfService, false)
+	if n, _ := l.node("pol-0"); n.Annotations[powermon.AnnotationOutOfService] != powermon.OutOfServiceReleased || condStatus(n, powermon.ConditionPoweredOn) != v1.ConditionFalse {
+		t.Fatalf("pol-0 after the release: annotations %v, PoweredOn %s; want released while off", n.Annotations, condStatus(n, powermon.ConditionPoweredOn))
+	}
+	l.waitEvent("default", "Node", "pol-0", powermon.ReasonOutOfServiceRemoved)
+	deadline := time.Now().Add(4 * time.Second) // several monitor passes
+	for time.Now().Before(deadline) {
+		if n, _ := l.node("pol-0"); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+			t.Fatal("pol-0 was tainted again in the same off period")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// pol-1 comes back with the taint still there; pol-0 and pol-2 have been off for 10
+	// minutes: pol-0 goes.
 	bmcs[1].SetPowerState(redfish.PowerOn)
 	l.waitCondition("pol-1", powermon.ConditionPoweredOn, v1.ConditionTrue)
+	if msg := l.waitEvent("default", "Node", "pol-1", powermon.ReasonOutOfServiceKept); !strings.Contains(msg, "kubectl taint nodes pol-1") {
+		t.Errorf("%s message: %s", powermon.ReasonOutOfServiceKept, msg)
+	}
 	l.backdateOffSince("pol-0", 10*time.Minute)
 	l.backdateOffSince("pol-2", 10*time.Minute)
 	l.waitDeleted("pol-0")
@@ -420,13 +455,97 @@ func TestPowerOffPolicies(t *testing.T) {
 		t.Fatalf("pol-1, powered on again, was deleted: %v", err)
 	}
 	l.stillThere(4*time.Second, "pol-2")
-	if n, _ := l.node("pol-2"); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+	if n, _ := l.node("pol-2"); fenced(n) {
 		t.Fatal("pol-2 is in maintenance but got the out-of-service taint")
 	}
+	// Ready again: the taint stays (never removed after the host came back) until a
+	// person removes it; it is not put back on the live host.
 	if err := framework.SetNodeReady(l.ctx, l.cp.Client, "pol-1", v1.ConditionTrue); err != nil {
 		t.Fatal(err)
 	}
-	l.waitTaint("pol-1", v1.TaintNodeOutOfService, false)
+	time.Sleep(3 * time.Second) // several monitor passes
+	n, err := l.node("pol-1")
+	if err != nil || !framework.HasTaint(n, v1.TaintNodeOutOfService) || n.Annotations[powermon.AnnotationOutOfService] != powermon.OutOfServiceKept {
+		t.Fatalf("pol-1 on and Ready: %v, annotations %v; want the taint kept", err, n.Annotations)
+	}
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tn v1.Taint) bool { return tn.Key == v1.TaintNodeOutOfService })
+	if _, err := l.cp.Client.CoreV1().Nodes().Update(l.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if n, _ := l.node("pol-1"); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+			t.Fatal("the out-of-service taint was put back on pol-1, on and Ready")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitAnnotation waits until the Node's annotation key has value ("": absent).
+func (l *lab) waitAnnotation(name, key, value string) {
+	l.t.Helper()
+	err := framework.WaitFor(l.ctx, 60*time.Second, fmt.Sprintf("annotation %s=%q on %s", key, value, name), func(ctx context.Context) (bool, error) {
+		n, err := l.node(name)
+		return err == nil && n.Annotations[key] == value, err
+	})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// fenced reports whether the CCM acted on n with the out-of-service taint (it may
+// have removed the taint again while the host read off, leaving its marker).
+func fenced(n *v1.Node) bool {
+	_, marked := n.Annotations[powermon.AnnotationOutOfService]
+	return marked || framework.HasTaint(n, v1.TaintNodeOutOfService)
+}
+
+func condStatus(n *v1.Node, t v1.NodeConditionType) v1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// attachVolume creates a VolumeAttachment to node, as the attach-detach controller
+// would for a CSI volume, and returns its name; nothing here detaches it.
+func (l *lab) attachVolume(node string) string {
+	l.t.Helper()
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: "csi-" + node},
+		Spec: storagev1.VolumeAttachmentSpec{Attacher: "csi.example.com", NodeName: node,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-" + node)}},
+	}
+	if _, err := l.cp.Client.StorageV1().VolumeAttachments().Create(l.ctx, va, metav1.CreateOptions{}); err != nil {
+		l.t.Fatal(err)
+	}
+	l.t.Cleanup(func() {
+		_ = l.cp.Client.StorageV1().VolumeAttachments().Delete(context.Background(), va.Name, metav1.DeleteOptions{})
+	})
+	return va.Name
+}
+
+// bindPod creates a pod bound to node (as the scheduler would); with no kubelet,
+// taint manager or pod GC here, it stays until the test deletes it.
+func (l *lab) bindPod(node string) {
+	l.t.Helper()
+	if _, err := l.cp.Client.CoreV1().ServiceAccounts("default").Create(l.ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		l.t.Fatal(err)
+	}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "app-" + node},
+		Spec: v1.PodSpec{NodeName: node, AutomountServiceAccountToken: ptr.To(false),
+			Containers: []v1.Container{{Name: "app", Image: "registry.invalid/app:1"}}},
+	}
+	if _, err := l.cp.Client.CoreV1().Pods("default").Create(l.ctx, pod, metav1.CreateOptions{}); err != nil {
+		l.t.Fatal(err)
+	}
+	l.t.Cleanup(func() {
+		zero := int64(0)
+		_ = l.cp.Client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
 }
 
 // TestMaintenanceLifecycleConditions: Nodes that a Node lifecycle condition of
@@ -460,7 +579,7 @@ func TestMaintenanceLifecycleConditions(t *testing.T) {
 	l.waitDeleted("mnt-2")
 	l.stillThere(8*time.Second, "mnt-0", "mnt-1", "mnt-3") // several lifecycle and monitor passes
 	for _, name := range []string{"mnt-0", "mnt-1", "mnt-3"} {
-		if n, _ := l.node(name); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+		if n, _ := l.node(name); fenced(n) {
 			t.Errorf("%s is in maintenance by a Node condition but got the out-of-service taint", name)
 		}
 	}
@@ -480,7 +599,7 @@ func TestMaintenanceLifecycleConditions(t *testing.T) {
 	// of the maintenance, so nothing happens at once.
 	setCond("mnt-0", v1.NodeMaintenanceInProgress, v1.ConditionFalse)
 	l.stillThere(5*time.Second, "mnt-0")
-	if n, _ := l.node("mnt-0"); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+	if n, _ := l.node("mnt-0"); fenced(n) {
 		t.Error("mnt-0 was fenced the moment its maintenance ended")
 	}
 	l.waitMetric("baremetal_ccm_power_budget_waiting_hosts 0")
@@ -496,7 +615,7 @@ func TestMaintenanceLifecycleConditions(t *testing.T) {
 	l.waitMetric("baremetal_ccm_power_budget_waiting_hosts 1")
 	l.stillThere(4*time.Second, "mnt-0", "mnt-1", "mnt-3")
 	for _, name := range []string{"mnt-1", "mnt-3"} {
-		if n, _ := l.node(name); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+		if n, _ := l.node(name); fenced(n) {
 			t.Errorf("%s (still exempt) got the out-of-service taint", name)
 		}
 	}
@@ -536,7 +655,7 @@ func TestPowerOffControlPlaneOneAtATime(t *testing.T) {
 		t.Errorf("%s event on %s: %q", inventory.ReasonPowerBudget, waiting, msg)
 	}
 	l.stillThere(6*time.Second, waiting) // several lifecycle and monitor passes
-	if n, _ := l.node(waiting); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+	if n, _ := l.node(waiting); fenced(n) {
 		t.Errorf("%s was fenced while control-plane Node %s held the window's grant", waiting, acted)
 	}
 	l.waitMetric("baremetal_ccm_power_budget_waiting_hosts 1")
@@ -598,7 +717,7 @@ func TestRemediationStorm(t *testing.T) {
 	}
 	l.stillThere(8*time.Second, down...) // several lifecycle and monitor passes
 	for _, name := range down {
-		if node, _ := l.node(name); framework.HasTaint(node, v1.TaintNodeOutOfService) {
+		if node, _ := l.node(name); fenced(node) {
 			t.Errorf("%s was fenced in a remediation storm", name)
 		}
 	}
@@ -627,7 +746,7 @@ func TestRemediationStorm(t *testing.T) {
 	}
 	l.stillThere(8*time.Second, rest...) // well within the 20 s cooldown
 	for _, name := range rest {
-		if node, _ := l.node(name); framework.HasTaint(node, v1.TaintNodeOutOfService) {
+		if node, _ := l.node(name); fenced(node) {
 			t.Errorf("%s was fenced in the storm's cooldown", name)
 		}
 	}
@@ -666,7 +785,7 @@ func TestPowerOffBudget(t *testing.T) {
 				count++
 			case err != nil:
 				t.Fatal(err)
-			case framework.HasTaint(node, v1.TaintNodeOutOfService):
+			case fenced(node):
 				count++
 			default:
 				waiting = append(waiting, name)

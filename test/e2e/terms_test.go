@@ -29,7 +29,8 @@ import (
 // contender (the test) takes the Lease, then resumed (SIGCONT): it finds the Lease
 // held by someone else and ends its term; once that holder's lease expires it leads
 // again. In every one of its four terms: BMC reads work (the power conditions follow
-// the Redfish emulator), a powered-off NotReady host gets the shutdown taint, the
+// the Redfish emulator), a powered-off NotReady host gets the shutdown taint and,
+// past outOfServiceAfter, the out-of-service taint, released while it reads off, the
 // deletion guard decides (a Node whose host left the inventory is deleted) and an IP
 // is assigned. Between terms it writes no guard state and keeps no BMC session. The
 // goroutines and informer event handlers of term 4 are those of term 2.
@@ -58,7 +59,7 @@ func TestLeadershipTerms(t *testing.T) {
 	}
 	t.Cleanup(func() { dropServices(l, ns) })
 	l.writeConfig(", maxRemovedHosts: 10, maxRemovedPercent: 100",
-		"bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}\nloadBalancer:\n  announcer: none\n  pools:\n  - {name: terms, addresses: [192.0.2.96/28]}\n")
+		"bmc: {callTimeout: 3s, cacheTTL: 1s, notReadyInterval: 1s}\ninstances: {outOfServiceAfter: 1m}\nloadBalancer:\n  announcer: none\n  pools:\n  - {name: terms, addresses: [192.0.2.96/28]}\n")
 	lease := "bccm-terms-" + utilrand.String(6)
 	ccm := framework.StartCCM(t, l.cp, l.config, "--node-monitor-period=1s",
 		"--controllers=cloud-node-controller,cloud-node-lifecycle-controller,service-lb-controller",
@@ -94,12 +95,20 @@ func TestLeadershipTerms(t *testing.T) {
 		}
 		l.waitTaint("tm-bmc-0", cloudproviderapi.TaintNodeShutdown, true)
 		l.waitCondition("tm-bmc-0", powermon.ConditionPoweredOn, v1.ConditionFalse)
+		// Off past outOfServiceAfter: the out-of-service taint goes on, and comes off
+		// again while the host still reads off (the Node holds no pod).
+		l.backdateOffSince("tm-bmc-0", 2*time.Minute)
+		l.waitAnnotation("tm-bmc-0", powermon.AnnotationOutOfService, powermon.OutOfServiceReleased)
+		if n, _ := l.node("tm-bmc-0"); framework.HasTaint(n, v1.TaintNodeOutOfService) {
+			t.Errorf("term %d: the out-of-service taint is still there after its release", k)
+		}
 		bmc.SetPowerState(redfish.PowerOn)
 		if err := framework.SetNodeReady(l.ctx, l.cp.Client, "tm-bmc-0", v1.ConditionTrue); err != nil {
 			t.Fatal(err)
 		}
 		l.waitTaint("tm-bmc-0", cloudproviderapi.TaintNodeShutdown, false)
 		l.waitCondition("tm-bmc-0", powermon.ConditionPoweredOn, v1.ConditionTrue)
+		l.waitAnnotation("tm-bmc-0", powermon.AnnotationOutOfService, "")
 		// A guard decision: tm-gone-<k> left the inventory (in the term, or while this
 		// replica did not lead).
 		l.setInventory(doc(k))
@@ -115,7 +124,7 @@ func TestLeadershipTerms(t *testing.T) {
 		waitServiceIP(t, l, ns, svc)
 		s := sample{goroutines: minMetric(t, l, ccm, "go_goroutines"), handlers: minMetric(t, l, ccm, "baremetal_ccm_informer_event_handlers")}
 		samples = append(samples, s)
-		t.Logf("term %d: BMC reads, shutdown taint, guard decision and IP in %s; goroutines %d, event handlers %d",
+		t.Logf("term %d: BMC reads, shutdown taint, out-of-service taint and its release, guard decision and IP in %s; goroutines %d, event handlers %d",
 			k, time.Since(start).Round(100*time.Millisecond), s.goroutines, s.handlers)
 		if k == terms {
 			break
