@@ -214,13 +214,23 @@ func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node) map[string]me
 		out, _ := c.slices.EndpointSlices(ns).List(sel)
 		return out
 	}
-	var hops map[netip.Prefix][]netip.Addr
+	var hops, draining map[netip.Prefix][]netip.Addr
 	if announcer == config.AnnouncerBGP && cfg.BGP != nil && cfg.BGP.NextHop == config.NextHopNodes {
+		var gs *lb.GracefulShutdown
+		if g := cfg.BGP.GracefulShutdown; g != nil {
+			// A plain cordon (onCordon) has no start time in the API: the agents count
+			// from when they saw it; here it counts as long ago.
+			gs = &lb.GracefulShutdown{Draining: func(n *v1.Node) (time.Time, bool) { return lb.Draining(n, g.OnCordon) }, Time: g.Time.Duration, Now: now}
+		}
 		want, _ := lb.Desired(lb.State{Services: svcs, EndpointSlices: slicesOf, Node: func(n string) (*v1.Node, bool) { nd, ok := byName[n]; return nd, ok },
-			Nodes: nodes, Pool: c.o.Pool, NextHop: config.NextHopNodes})
+			Nodes: nodes, Pool: c.o.Pool, NextHop: config.NextHopNodes, GracefulShutdown: gs})
 		hops = make(map[netip.Prefix][]netip.Addr, len(want))
+		draining = map[netip.Prefix][]netip.Addr{}
 		for _, a := range want {
 			hops[a.Prefix] = a.NextHops
+			if len(a.GracefulShutdown) > 0 {
+				draining[a.Prefix] = a.GracefulShutdown
+			}
 		}
 	}
 	nodeOf := map[netip.Addr]string{}
@@ -251,7 +261,7 @@ func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node) map[string]me
 			cond.Status, cond.Reason = metav1.ConditionUnknown, ReasonMetalLB
 			cond.Message = "announced by MetalLB's speakers from the objects this CCM writes (see MetalLB's status and logs)"
 		default:
-			cond = c.bgpCondition(svc, ips, replicas, hops, nodeOf, slicesOf)
+			cond = c.bgpCondition(svc, ips, replicas, hops, draining, nodeOf, slicesOf)
 		}
 		out[svc.Namespace+"/"+svc.Name] = cond
 	}
@@ -259,7 +269,7 @@ func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node) map[string]me
 }
 
 // bgpCondition is the condition of a Service announced by the embedded speakers.
-func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []replica, hops map[netip.Prefix][]netip.Addr, nodeOf map[netip.Addr]string, slicesOf func(string, string) []*discoveryv1.EndpointSlice) metav1.Condition {
+func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []replica, hops, draining map[netip.Prefix][]netip.Addr, nodeOf map[netip.Addr]string, slicesOf func(string, string) []*discoveryv1.EndpointSlice) metav1.Condition {
 	cond := metav1.Condition{Type: lb.ConditionAnnounced, Status: metav1.ConditionFalse}
 	if c.o.Pool != nil {
 		var out []string
@@ -311,7 +321,7 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []
 		}
 	}
 	var b strings.Builder
-	var nh []string
+	var nh, dh []string
 	if mode == config.NextHopNodes {
 		seen := map[string]bool{}
 		for _, ip := range ips {
@@ -322,13 +332,22 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []
 				}
 			}
 		}
+		for _, ip := range ips {
+			for _, hop := range draining[netip.PrefixFrom(ip, ip.BitLen())] {
+				if n := nodeOf[hop]; n != "" && !seen[n] {
+					seen[n] = true
+					dh = append(dh, n)
+				}
+			}
+		}
 		slices.Sort(nh)
+		slices.Sort(dh)
 	}
 	switch {
 	case len(replicas) == 0:
 		cond.Reason = ReasonNoReplica
 		b.WriteString("no CCM replica reports its BGP speaker (annotation " + speakerstatus.Annotation + " on its Node, written when the CCM knows its --node-name)")
-	case mode == config.NextHopNodes && len(nh) == 0:
+	case mode == config.NextHopNodes && len(nh)+len(dh) == 0:
 		cond.Reason = ReasonNoEligibleNode
 		b.WriteString("no eligible node to send the traffic to (Ready, not excluded, powered on, healthy")
 		if local {
@@ -350,6 +369,9 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []
 	}
 	if len(nh) > 0 {
 		b.WriteString("; next hops: " + strings.Join(limit(nh, 20), ", "))
+	}
+	if len(dh) > 0 {
+		b.WriteString("; draining (GRACEFUL_SHUTDOWN, least preferred until withdrawn): " + strings.Join(limit(dh, 20), ", "))
 	}
 	cond.Message = b.String()
 	return cond

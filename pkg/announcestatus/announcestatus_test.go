@@ -131,6 +131,27 @@ func TestComputeNodesAndOtherAnnouncers(t *testing.T) {
 	}
 }
 
+// With bgp.gracefulShutdown, a draining node is named apart while its path is kept
+// marked, and leaves the message once its time has passed.
+func TestComputeDraining(t *testing.T) {
+	up := speakerstatus.Peer{Address: "10.0.0.254", State: "established"}
+	nodes := []*v1.Node{replicaNode("cp-1", "10.0.0.1", up), replicaNode("n1", "10.0.0.11")}
+	nodes[1].Spec.Unschedulable = true
+	nodes[1].Status.Conditions = append(nodes[1].Status.Conditions, v1.NodeCondition{Type: v1.NodeDrainInProgress, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(time.Now())})
+	cfg := bgpConfig(config.NextHopNodes)
+	cfg.BGP.GracefulShutdown = &config.GracefulShutdown{Time: &metav1.Duration{Duration: time.Minute}}
+	c, _ := fixture(t, cfg)
+	web := service("web", "192.0.2.1", false)
+	g := c.Compute([]*v1.Service{web}, nodes)["ns/web"]
+	if g.Status != metav1.ConditionTrue || !strings.Contains(g.Message, "next hops: cp-1; draining (GRACEFUL_SHUTDOWN, least preferred until withdrawn): n1") {
+		t.Errorf("draining: %+v", g)
+	}
+	c.o.Clock = func() time.Time { return time.Now().Add(2 * time.Minute) }
+	if g := c.Compute([]*v1.Service{web}, nodes)["ns/web"]; strings.Contains(g.Message, "n1") {
+		t.Errorf("after gracefulShutdown.time: %+v", g)
+	}
+}
+
 // A pass writes a condition that changed, once, and keeps the transition time while
 // the status stays.
 func TestPassWritesChanges(t *testing.T) {
