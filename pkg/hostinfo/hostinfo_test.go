@@ -191,3 +191,47 @@ func TestPublisherRunJoinsItsWorker(t *testing.T) {
 		t.Fatal("Run did not return after its worker stopped")
 	}
 }
+
+// A kubelet may register any providerID: the host's BGP settings go only on a Node
+// that is initialized (no uninitialized taint) and whose systemUUID does not
+// contradict the host's; a Node that comes to contradict it loses them.
+func TestPublisherChecksTheMachine(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const uuid = "4c4c4544-0000-4000-8000-0000000000a1"
+	withUUID := strings.Replace(doc, "- name: w1\n", "- name: w1\n  systemUUID: "+uuid+"\n", 1)
+	withUUID = strings.Replace(withUUID, "- name: w2\n", "- name: w2\n  systemUUID: 4c4c4544-0000-4000-8000-0000000000a2\n", 1)
+	node := func(name, provider, systemUUID string, taints ...v1.Taint) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NodeSpec{ProviderID: provider, Taints: taints},
+			Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{SystemUUID: systemUUID}}}
+	}
+	impostor := node("imp", "baremetal://w2", "4c4c4544-0000-4000-8000-0000000000ff")
+	pending := node("w2", "baremetal://w2", "", v1.Taint{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: v1.TaintEffectNoSchedule})
+	good := node("w1", "baremetal://w1", uuid)
+	client := fake.NewClientset(impostor, pending, good)
+	p, current := startPublisher(ctx, t, client)
+	current.set(view(t, withUUID))
+	go p.Run(ctx)
+	annotation := func(name string) string {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Annotations[Annotation]
+	}
+	waitFor(t, "w1's annotation", func() bool { return annotation("w1") != "" })
+	time.Sleep(200 * time.Millisecond) // several passes
+	if a := annotation("imp"); a != "" {
+		t.Errorf("a Node whose systemUUID contradicts host w2's got its settings: %s", a)
+	}
+	if a := annotation("w2"); a != "" {
+		t.Errorf("an uninitialized Node got its host's settings: %s", a)
+	}
+	// w1's Node now reports another machine: its settings are taken back.
+	good.Status.NodeInfo.SystemUUID = "4c4c4544-0000-4000-8000-0000000000ee"
+	good.Annotations = map[string]string{Annotation: annotation("w1")}
+	if _, err := client.CoreV1().Nodes().Update(ctx, good, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "w1's annotation removed", func() bool { return annotation("w1") == "" })
+}

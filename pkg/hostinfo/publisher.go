@@ -15,8 +15,10 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/identity"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
 
@@ -32,7 +34,9 @@ type PublisherOptions struct {
 }
 
 // Publisher keeps Annotation current on every initialized Node (providerID
-// baremetal://<host>) whose host is in the accepted inventory. It runs on the leader,
+// baremetal://<host>, no uninitialized taint) whose host is in the accepted inventory
+// and whose systemUUID does not contradict the host's (identity.Check); from a Node
+// that contradicts it, the annotation is removed. It runs on the leader,
 // for one leadership term: its event handler, queue and worker end with Run.
 // A Node whose host is missing from the inventory keeps its last annotation: a host
 // leaving the inventory is the deletion guard's business, and an agent keeps peering
@@ -135,8 +139,11 @@ func (p *Publisher) sync(ctx context.Context, name string) error {
 		return err
 	}
 	id, ok := inventory.HostIDFromProviderID(n.Spec.ProviderID)
-	if !ok {
-		return nil // not initialized by us (yet): nothing to publish
+	if !ok || uninitialized(n) {
+		// Not initialized (yet): a kubelet may register any providerID; only the
+		// cloud node controller's initialization, which checks the machine, makes
+		// the Node the host's.
+		return nil
 	}
 	v, err := p.o.View()
 	if err != nil || v == nil {
@@ -147,10 +154,20 @@ func (p *Publisher) sync(ctx context.Context, name string) error {
 		return nil
 	}
 	want := Encode(For(v, h))
+	if err := identity.Check(n, h, ""); err != nil {
+		// The Node claims the host but reports another machine: its agent would
+		// speak BGP as that host. Publish nothing, and take back what was published.
+		klog.FromContext(ctx).Info("Not publishing the host's BGP settings on a Node that reports another machine", "node", name, "host", h.Name, "err", err)
+		want = ""
+	}
 	if n.Annotations[Annotation] == want {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{Annotation: want}}})
+	var value any = want
+	if want == "" {
+		value = nil // removes it
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{Annotation: value}}})
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if _, err := p.o.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -161,4 +178,15 @@ func (p *Publisher) sync(ctx context.Context, name string) error {
 	}
 	klog.FromContext(ctx).V(2).Info("Published the host's BGP settings", "node", name, "host", h.Name, "value", want)
 	return nil
+}
+
+// uninitialized reports whether the Node still carries the cloud provider's
+// uninitialized taint.
+func uninitialized(n *v1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == cloudproviderapi.TaintExternalCloudProvider {
+			return true
+		}
+	}
+	return false
 }
