@@ -252,8 +252,13 @@ func (e *Explainer) Node(ctx context.Context, name string) (string, error) {
 	if c, ok := maintenance.Condition(n); ok {
 		fmt.Fprintf(&b, "  in maintenance: %s: exempt from deletion and the power-off policies (instances.outOfServiceAfter, instances.deleteAfter), not counted against the power-off budget; set the condition False or remove it to end that\n", maintenance.Describe(c))
 	}
-	if n.Labels[maintenance.ExcludeLabel] == "true" {
-		fmt.Fprintf(&b, "  excluded from remediation: label %s=true: no out-of-service taint, no deletion under instances.deleteAfter, no power-off budget spent\n", maintenance.ExcludeLabel)
+	if maintenance.Excluded(n) {
+		fmt.Fprintf(&b, "  excluded from remediation: label %s=%s: no out-of-service taint, no deletion under instances.deleteAfter, no power-off budget spent\n", maintenance.ExcludeLabel, n.Labels[maintenance.ExcludeLabel])
+	}
+	if since, ok := lb.Draining(n, false); ok {
+		fmt.Fprintf(&b, "  draining since %s (cordoned with DrainInProgress, or GracefulNodeShutdownInProgress): with bgp.gracefulShutdown, every path through it carries GRACEFUL_SHUTDOWN until withdrawn (its time passed and no serving endpoint left); uncordon to restore\n", age(now, since))
+	} else if n.Spec.Unschedulable {
+		b.WriteString("  cordoned: with bgp.gracefulShutdown.onCordon, its paths carry GRACEFUL_SHUTDOWN until withdrawn\n")
 	}
 	if since, ok := n.Annotations[powermon.AnnotationOffSince]; ok {
 		seen := n.Annotations[powermon.AnnotationOffSeen]
