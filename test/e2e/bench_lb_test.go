@@ -73,6 +73,10 @@ func BenchmarkLoadBalancer1000(b *testing.B) {
 		}
 	}
 
+	zero, err := framework.BuildBinary(ctx, "./test/e2e/zeroccm")
+	if err != nil {
+		b.Fatal(err)
+	}
 	runs := []struct {
 		name string
 		args []string
@@ -83,7 +87,13 @@ func BenchmarkLoadBalancer1000(b *testing.B) {
 	for range b.N {
 		lbBenchCreateOnly(ctx, b, client)
 		for _, run := range runs {
-			lbBenchRun(ctx, b, cp, client, router, cfg, run.name, run.args)
+			zeroIPs := lbBenchZero(ctx, b, cp, client, zero, cfg, run.name, run.args)
+			ips, inBird := lbBenchRun(ctx, b, cp, client, router, cfg, run.name, run.args)
+			b.ReportMetric(zeroIPs.Seconds(), run.name+"-zero-all-ips-s")
+			b.ReportMetric(ips.Seconds()/zeroIPs.Seconds(), run.name+"-ips-ratio")
+			b.ReportMetric(inBird.Seconds()/zeroIPs.Seconds(), run.name+"-bird-ratio")
+			b.Logf("%s: every IP in status after %v (every /32 in BIRD after %v) against %v for the zero-cost provider with the same flags: %.2fx (%.2fx to BIRD)",
+				run.name, ips.Round(time.Millisecond), inBird.Round(time.Millisecond), zeroIPs.Round(time.Millisecond), ips.Seconds()/zeroIPs.Seconds(), inBird.Seconds()/zeroIPs.Seconds())
 		}
 	}
 	deleteNodesByLabel(ctx, b, client, lbBenchLabel)
@@ -108,6 +118,51 @@ func lbBenchCreateOnly(ctx context.Context, b *testing.B, client kubernetes.Inte
 	})
 	b.ReportMetric(d.Seconds(), "no-ccm-create-s")
 	b.Logf("baseline: the API server alone (no CCM) created %d LoadBalancer Services in %v; load average %s", lbBenchServices, d.Round(time.Millisecond), loadAvg())
+}
+
+// lbBenchZero is the baseline of a run: the same upstream service controller with the
+// same flags, in test/e2e/zeroccm, whose provider hands out addresses from memory at
+// no cost. It makes the API calls any implementation needs (the finalizer and the
+// status patch per Service) and nothing else. It returns the time from the first
+// create until every Service has an address in status.
+func lbBenchZero(ctx context.Context, b *testing.B, cp *framework.ControlPlane, client kubernetes.Interface, binary, cfg, name string, flags []string) time.Duration {
+	ns := "bench-lb-zero-" + rand.String(6)
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	args := append([]string{"--controllers=service-lb-controller", "--v=2"}, flags...)
+	ccm := framework.StartCCMBinary(b, cp, binary, cfg, args...)
+	if err := ccm.WaitHealthy(ctx); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // as lbBenchRun: let start-up settle
+	w := newIPWatch(client, ns)
+	defer w.stop()
+	start := time.Now()
+	parallel(b, lbBenchServices, func(i int) error {
+		_, err := client.CoreV1().Services(ns).Create(ctx, lbBenchService(i), metav1.CreateOptions{})
+		return err
+	})
+	var d time.Duration
+	select {
+	case <-w.all:
+		d = w.last().Sub(start)
+	case <-time.After(10 * time.Minute):
+		b.Fatalf("%s, zero-cost: %d of %d Services have an IP after 10 min", name, w.count(), lbBenchServices)
+	}
+	parallel(b, lbBenchServices, func(i int) error {
+		return client.CoreV1().Services(ns).Delete(ctx, lbBenchName(i), metav1.DeleteOptions{})
+	})
+	if err := framework.WaitFor(ctx, 5*time.Minute, "the zero-cost run's Services gone (finalizers removed)", func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0, err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	ccm.Stop()
+	b.Logf("%s, zero-cost provider: every IP in status after %v; load average %s", name, d.Round(time.Millisecond), loadAvg())
+	return d
 }
 
 // lbBenchConfig writes the CloudConfig: one pool (pool: a CIDR), one BGP peer (BIRD),
@@ -135,7 +190,9 @@ bgp:
 	return cfg
 }
 
-func lbBenchRun(ctx context.Context, b *testing.B, cp *framework.ControlPlane, client kubernetes.Interface, router *bird.Router, cfg, name string, flags []string) {
+// lbBenchRun runs one CCM through the benchmark and returns the times from the first
+// create until every Service had its IP in status and until every /32 was in BIRD.
+func lbBenchRun(ctx context.Context, b *testing.B, cp *framework.ControlPlane, client kubernetes.Interface, router *bird.Router, cfg, name string, flags []string) (ipsAll, birdAll time.Duration) {
 	ns := "bench-lb-" + rand.String(6)
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
@@ -181,14 +238,13 @@ func lbBenchRun(ctx context.Context, b *testing.B, cp *framework.ControlPlane, c
 		return err
 	})
 	created := time.Since(start)
-	var ipsAll time.Duration
 	select {
 	case <-w.all:
 		ipsAll = w.last().Sub(start)
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("%s: %d of %d Services have an IP after 10 min", name, w.count(), lbBenchServices)
 	}
-	birdAll := waitDuration(b, inBird, start, name+": every /32 in BIRD")
+	birdAll = waitDuration(b, inBird, start, name+": every /32 in BIRD")
 	rss1, err := ccm.RSS()
 	if err != nil {
 		b.Fatal(err)
@@ -290,6 +346,7 @@ func lbBenchRun(ctx context.Context, b *testing.B, cp *framework.ControlPlane, c
 	b.Logf("%s: CCM RSS %.1f MiB before, %.1f MiB with %d Services: %.1f KiB per Service; CPU used until all were in BIRD %v (%.1f ms per Service); load average %s",
 		name, mib(rss0), mib(rss1), lbBenchServices, perSvc/1024, (cpu1 - cpu0).Round(time.Millisecond),
 		float64((cpu1-cpu0).Microseconds())/1000/lbBenchServices, loadAvg())
+	return ipsAll, birdAll
 }
 
 // lbBenchDelete deletes Services [from, to) at once (16 goroutines) and returns the
