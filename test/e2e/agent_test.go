@@ -26,6 +26,9 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
 )
 
+// agentUUID is worker 0's systemUUID (inventory and Node).
+const agentUUID = "4c4c4544-0000-4000-8000-0000000000a0"
+
 // TestAgentLeastPrivilege: two worker hosts (network namespaces) run the agent alone
 // under the agent role (a per-node client certificate, see TestAgentRBAC for what the
 // role allows), with a CloudConfig that has no inventory section and no inventory,
@@ -35,7 +38,8 @@ import (
 // announces only itself: its own pod CIDR, a Cluster Service's IP via itself, and a
 // Local Service's IP only where the Service has an endpoint. A rotated password
 // (router and file) is applied without a restart. A draining worker's path is
-// marked GRACEFUL_SHUTDOWN, then withdrawn, and restored on uncordon.
+// marked GRACEFUL_SHUTDOWN, then withdrawn, and restored on uncordon. A kubelet that
+// claims worker 0's providerID with another systemUUID gets none of its BGP settings.
 func TestAgentLeastPrivilege(t *testing.T) {
 	l := newLabNoCCM(t)
 	ctx := l.ctx
@@ -69,9 +73,9 @@ racks:
   bgpPeers:
   - {address: %s, asn: %d, passwordFile: %s, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
 hosts:
-- {name: %s, rack: r1, addresses: [{type: InternalIP, address: %s}]}
+- {name: %s, rack: r1, systemUUID: %s, addresses: [{type: InternalIP, address: %s}]}
 - {name: %s, rack: r1, bgpRouterID: 10.77.0.2, addresses: [{type: InternalIP, address: %s}]}
-`, r.RouterV4, r.ASN, ccmPassword, names[0], r.SpeakerV4(0), names[1], r.SpeakerV4(1)))
+`, r.RouterV4, r.ASN, ccmPassword, names[0], agentUUID, r.SpeakerV4(0), names[1], r.SpeakerV4(1)))
 	pools := `loadBalancer:
   pools:
   - name: agents
@@ -86,7 +90,11 @@ hosts:
 
 	// The kubelets register the Nodes; the CCM initializes them and publishes.
 	for i, name := range names {
-		l.createNode(framework.NodeSpec{Name: name, InternalIPs: []string{r.SpeakerV4(i).String()}, Ready: ready(v1.ConditionTrue)})
+		uuid := ""
+		if i == 0 {
+			uuid = agentUUID
+		}
+		l.createNode(framework.NodeSpec{Name: name, SystemUUID: uuid, InternalIPs: []string{r.SpeakerV4(i).String()}, Ready: ready(v1.ConditionTrue)})
 		cidr := fmt.Sprintf("10.244.%d.0/24", 60+i)
 		patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, cidr, cidr)
 		if _, err := l.cp.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
@@ -116,6 +124,27 @@ hosts:
 		if strings.Contains(raw, ccmPassword) || strings.Contains(raw, "ccm-side-copy") {
 			t.Errorf("the annotation on %s names the CCM's password file: %s", name, raw)
 		}
+	}
+
+	// A kubelet that registers with worker 0's providerID but reports another machine
+	// gets none of worker 0's BGP settings: not while uninitialized (the CCM does not
+	// initialize it: the identities contradict), nor once its taint is removed by hand.
+	imp := "ag-imp-" + suffix
+	l.createNode(framework.NodeSpec{Name: imp, ProviderID: "baremetal://" + names[0], SystemUUID: "4c4c4544-0000-4000-8000-0000000000ff",
+		InternalIPs: []string{"10.77.9.9"}, Ready: ready(v1.ConditionTrue)})
+	time.Sleep(3 * time.Second) // the publisher's passes
+	if n, err := l.node(imp); err != nil || n.Annotations[hostinfo.Annotation] != "" {
+		t.Fatalf("a Node claiming %s's providerID with another systemUUID: %v, annotation %q", names[0], err, n.Annotations[hostinfo.Annotation])
+	}
+	if n, err := l.node(imp); err == nil {
+		n.Spec.Taints = nil
+		if _, err := l.cp.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	if n, err := l.node(imp); err != nil || n.Annotations[hostinfo.Annotation] != "" {
+		t.Fatalf("the impostor Node, its taint removed by hand: %v, annotation %q", err, n.Annotations[hostinfo.Annotation])
 	}
 
 	// The workers: agent identity, a CloudConfig without inventory, their own password.
