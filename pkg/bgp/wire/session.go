@@ -307,10 +307,14 @@ func (s *session) writeRouterUncut(b []byte) bool {
 // when the router has closed its side, or after closeWait; without, at once.
 // It reports whether the router closed its side.
 func (s *session) end(n Notification, hard, withdraw, wait bool) bool {
+	// sent: this call wrote the NOTIFICATION; sentEst: the session was established
+	// then, so the router's close that follows confirms it read everything.
+	sent, sentEst := false, false
 	s.endOnce.Do(func() {
 		s.mu.Lock()
 		neg, negotiated, est := s.neg, s.negotiated, s.established
 		s.mu.Unlock()
+		sent, sentEst = true, est
 		s.wmu.Lock()
 		if !s.cut.Swap(true) {
 			if withdraw && est {
@@ -334,9 +338,12 @@ func (s *session) end(n Notification, hard, withdraw, wait bool) bool {
 		}
 		_ = s.rc.SetReadDeadline(time.Now().Add(wait))
 	})
-	if !wait || !s.establishedNow() {
-		// Before the session is established the router holds nothing of it:
-		// there is nothing to wait for.
+	// Before the session is established the router holds nothing of it: there is
+	// nothing to wait for. When this call sent the NOTIFICATION, what counts is the
+	// state it was sent in: a router that reads it and closes at once may have ended
+	// the session before this check (which then reported a confirmed stop as
+	// unconfirmed); when an earlier call ended it, the session must still be up.
+	if !wait || sent && !sentEst || !sent && !s.establishedNow() {
 		return false
 	}
 	select {
