@@ -52,6 +52,8 @@ const (
 type Speaker interface {
 	Run(ctx context.Context) error
 	Announce(source string, paths []bgp.Path)
+	// Update replaces a source's paths of the given prefixes only.
+	Update(source string, prefixes []netip.Prefix, paths []bgp.Path)
 	SetPeers(peers []config.BGPPeer) error
 	// RefreshPasswords re-reads the static peers' password files.
 	RefreshPasswords() error
@@ -151,6 +153,10 @@ type Agent struct {
 	health *nodehealth.Checker
 	// drains tracks the draining nodes (bgp.gracefulShutdown).
 	drains drains
+	// pend is what changed since the last pass; lbIdx the Services' prefixes as of
+	// the last pass (Run goroutine only).
+	pend  pending
+	lbIdx lbIndex
 }
 
 // New registers the agent's informers on o.Informers (call before starting it, or the
@@ -173,7 +179,7 @@ func New(o Options) (*Agent, error) {
 		h := b.NodeHealthCheck
 		checker, err := nodehealth.New(nodehealth.Config{
 			Period: h.Period.Duration, Timeout: h.Timeout.Duration, FailureThreshold: int(h.FailureThreshold),
-		}, a.kick)
+		}, a.kickFull)
 		if err != nil {
 			return nil, fmt.Errorf("agent: bgp.nodeHealthCheck: %w", err)
 		}
@@ -183,18 +189,15 @@ func New(o Options) (*Agent, error) {
 	sl := o.Informers.Discovery().V1().EndpointSlices()
 	nd := o.Informers.Core().V1().Nodes()
 	a.services, a.nodes = svc.Lister(), nd.Lister()
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.kick() },
-		UpdateFunc: func(any, any) { a.kick() },
-		DeleteFunc: func(any) { a.kick() },
-	}
 	// EndpointSlices by Service: the announcements of Local Services look them up on
 	// every pass, which a label-selector list would make O(Services x slices).
 	if err := sl.Informer().AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
 		return nil, fmt.Errorf("agent: indexing EndpointSlices: %w", err)
 	}
 	a.sliceIndex = sl.Informer().GetIndexer()
-	for _, inf := range []cache.SharedIndexInformer{svc.Informer(), sl.Informer(), nd.Informer()} {
+	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{
+		svc.Informer(): a.serviceHandler(), sl.Informer(): a.sliceHandler(), nd.Informer(): a.nodeHandler(),
+	} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, fmt.Errorf("agent: adding event handler: %w", err)
 		}
@@ -248,6 +251,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mu.Lock()
 		a.speaker, a.routerID = sp, id.RouterID
 		a.passed = false
+		a.pend.full = true // the new speaker gets everything
 		a.mu.Unlock()
 		speakerDone = make(chan error, 1)
 		go func() { speakerDone <- sp.Run(ctx) }()
@@ -260,7 +264,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Password files change without any API event: re-read them every few seconds.
 	peers := time.NewTicker(a.o.PeerResyncInterval)
 	defer peers.Stop()
-	a.kick()
+	a.kickFull()
 	for {
 		select {
 		case <-ctx.Done():
@@ -281,6 +285,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		case <-a.trigger:
 		case <-resync.C:
+			a.mu.Lock()
+			a.pend.full = true
+			a.mu.Unlock()
 		}
 		// Coalesce a burst of events (1000 Services created at once) into one pass.
 		select {
@@ -297,7 +304,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				return err
 			}
 		}
-		a.sync(ctx)
+		a.sync(ctx, a.takePending())
 		a.markSynced(ctx)
 	}
 }
@@ -407,12 +414,14 @@ func (a *Agent) waitReason() string {
 	return a.waitLog
 }
 
-// sync computes and applies everything from the informer caches.
-func (a *Agent) sync(ctx context.Context) {
+// sync applies from the informer caches what changed (p), or everything when p is
+// full.
+func (a *Agent) sync(ctx context.Context, p pending) {
 	logger := klog.FromContext(ctx)
 	nodes, err := a.nodes.List(labels.Everything())
 	if err != nil {
 		logger.Error(err, "Listing Nodes from the cache")
+		a.kickFull() // try again
 		return
 	}
 	a.mu.Lock()
@@ -420,8 +429,13 @@ func (a *Agent) sync(ctx context.Context) {
 	a.mu.Unlock()
 	if sp != nil {
 		a.syncPeers(ctx, sp)
-		a.syncLoadBalancers(ctx, sp, nodes)
-		if a.o.Config.BGP.AnnouncePodCIDRs {
+		switch {
+		case p.full || p.lbAll || a.health != nil: // node health: every Service's targets, every pass
+			a.syncLoadBalancers(ctx, sp, nodes)
+		default:
+			a.syncLoadBalancersDelta(ctx, sp, nodes, p.services)
+		}
+		if a.o.Config.BGP.AnnouncePodCIDRs && (p.full || p.nodes) {
 			announced := nodes
 			if a.o.SelfOnly {
 				announced = nil
@@ -432,29 +446,43 @@ func (a *Agent) sync(ctx context.Context) {
 			sp.Announce(SourcePodCIDRs, PodCIDRPaths(announced))
 		}
 	}
-	if a.o.Mirror != nil {
+	if a.o.Mirror != nil && (p.full || p.nodes) {
 		_, _ = a.o.Mirror.Reconcile(ctx, nodes) // the mirror logs and counts its own failures
 	}
 }
 
+func (a *Agent) announcesLoadBalancers() bool {
+	return a.o.Config.LoadBalancer != nil && a.o.Config.LoadBalancer.Announcer == config.AnnouncerBGP
+}
+
+// syncLoadBalancers recomputes every Service's announcement.
 func (a *Agent) syncLoadBalancers(ctx context.Context, sp Speaker, nodes []*v1.Node) {
-	if a.o.Config.LoadBalancer == nil || a.o.Config.LoadBalancer.Announcer != config.AnnouncerBGP {
+	if !a.announcesLoadBalancers() {
 		return
 	}
 	svcs, err := a.services.List(labels.Everything())
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing Services from the cache")
+		a.kickFull()
 		return
 	}
-	byName := make(map[string]*v1.Node, len(nodes))
-	for _, n := range nodes {
-		byName[n.Name] = n
-	}
+	want, problems, gs := a.desired(ctx, svcs, nodes)
+	a.reportProblems(ctx, problems, nil)
+	sp.Announce(SourceLoadBalancers, Paths(want))
+	a.lbIdx.resync(svcs)
+	a.wakeForDrains(gs, nodes)
+}
+
+// desired computes the announcements of svcs (lb.Desired) with this pass's Nodes.
+func (a *Agent) desired(ctx context.Context, svcs []*v1.Service, nodes []*v1.Node) ([]lb.Announcement, []lb.Problem, *lb.GracefulShutdown) {
 	gs := a.gracefulShutdown(ctx, nodes)
 	want, problems := lb.Desired(lb.State{
-		Services:         svcs,
-		EndpointSlices:   a.slicesOf,
-		Node:             func(name string) (*v1.Node, bool) { n, ok := byName[name]; return n, ok },
+		Services:       svcs,
+		EndpointSlices: a.slicesOf,
+		Node: func(name string) (*v1.Node, bool) {
+			n, err := a.nodes.Get(name)
+			return n, err == nil
+		},
 		Nodes:            nodes,
 		Pool:             a.o.Pool,
 		NextHop:          a.o.Config.BGP.NextHop,
@@ -463,10 +491,13 @@ func (a *Agent) syncLoadBalancers(ctx context.Context, sp Speaker, nodes []*v1.N
 		Healthy:          a.healthy(svcs, nodes),
 		GracefulShutdown: gs,
 	})
-	a.reportProblems(ctx, problems)
-	sp.Announce(SourceLoadBalancers, Paths(want))
+	return want, problems, gs
+}
+
+// wakeForDrains schedules a full pass when the next draining node's time runs out.
+func (a *Agent) wakeForDrains(gs *lb.GracefulShutdown, nodes []*v1.Node) {
 	if next := gs.Next(nodes); !next.IsZero() {
-		a.drains.wakeAt(next.Sub(gs.Now), a.kick)
+		a.drains.wakeAt(next.Sub(gs.Now), a.kickFull)
 	}
 }
 
@@ -569,7 +600,9 @@ func localHealthPort(svc *v1.Service) int32 {
 }
 
 // reportProblems logs each Service's problem and records an event when it changes.
-func (a *Agent) reportProblems(ctx context.Context, problems []lb.Problem) {
+// scope names the Services that were computed (nil: all); a Service in scope
+// without a problem has its record cleared.
+func (a *Agent) reportProblems(ctx context.Context, problems []lb.Problem, scope map[string]bool) {
 	seen := map[string]bool{}
 	for _, p := range problems {
 		k := p.Service.Namespace + "/" + p.Service.Name
@@ -588,7 +621,7 @@ func (a *Agent) reportProblems(ctx context.Context, problems []lb.Problem) {
 	}
 	a.mu.Lock()
 	for k := range a.problems {
-		if !seen[k] {
+		if !seen[k] && (scope == nil || scope[k]) {
 			delete(a.problems, k)
 		}
 	}

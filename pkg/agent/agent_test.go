@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,10 @@ type fakeSpeaker struct {
 	notReady string
 	ran      chan struct{}
 	stopped  chan struct{}
+	// announces and updates count the calls; updated are the prefixes of the
+	// latest Update.
+	announces, updates int
+	updated            []netip.Prefix
 }
 
 func newFakeSpeaker() *fakeSpeaker {
@@ -50,6 +55,23 @@ func (f *fakeSpeaker) Announce(source string, paths []bgp.Path) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.paths[source] = paths
+	f.announces++
+}
+
+// Update applies the delta as bgp.Speaker does: the source's paths of prefixes are
+// replaced by those of paths.
+func (f *fakeSpeaker) Update(source string, prefixes []netip.Prefix, paths []bgp.Path) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	kept := slices.DeleteFunc(slices.Clone(f.paths[source]), func(p bgp.Path) bool { return slices.Contains(prefixes, p.Prefix) })
+	for _, p := range paths {
+		if slices.Contains(prefixes, p.Prefix) {
+			kept = append(kept, p)
+		}
+	}
+	f.paths[source] = kept
+	f.updates++
+	f.updated = slices.Clone(prefixes)
 }
 
 func (f *fakeSpeaker) SetPeers(peers []config.BGPPeer) error {

@@ -1,13 +1,21 @@
 package agent
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 )
 
@@ -104,3 +112,69 @@ func BenchmarkToRPaths1000Agents(b *testing.B) {
 	b.ReportMetric(float64(total)/float64(len(f.services)+nodes), "paths-per-prefix")
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*nodes), "us-per-agent-pass")
 }
+
+// BenchmarkPass5000Nodes10000Services is one agent pass (agent mode, speaker calls
+// not included) in a cluster of 5000 Nodes and 10,000 Services: full (every
+// ResyncInterval) and incremental (one Service changed, as each status write of a
+// burst makes it).
+func BenchmarkPass5000Nodes10000Services(b *testing.B) {
+	f := newFleet(5000, 10000, 0, 0)
+	var objs []runtime.Object
+	for _, n := range f.nodes {
+		objs = append(objs, n)
+	}
+	for _, s := range f.services {
+		objs = append(objs, s)
+	}
+	self := f.nodes[0].DeepCopy()
+	self.Annotations = map[string]string{hostinfo.Annotation: `{"host":"` + self.Name + `","routerID":"10.0.0.1"}`}
+	objs[0] = self
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(objs...), 0)
+	cfg := &config.CloudConfig{
+		BGP:          &config.BGPConfig{LocalASN: 65000, NextHop: config.NextHopSelf},
+		LoadBalancer: &config.LoadBalancerConfig{Announcer: config.AnnouncerBGP},
+	}
+	a, err := New(Options{Config: cfg, Self: self.Name, SelfOnly: true, Informers: factory})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	sp := &countingSpeaker{fakeSpeaker: newFakeSpeaker()}
+	a.speaker = sp
+	ctx = klog.NewContext(ctx, klog.Background().V(1))
+	a.sync(ctx, pending{full: true})
+	b.Run("full", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			a.sync(ctx, pending{full: true})
+		}
+	})
+	b.Run("one-service", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			s := f.services[i%len(f.services)]
+			a.sync(ctx, pending{services: map[string]struct{}{s.Namespace + "/" + s.Name: {}}})
+		}
+	})
+	if sp.last != 10000 {
+		b.Fatalf("%d paths in the last full pass, want 10000", sp.last)
+	}
+}
+
+// countingSpeaker keeps only the number of paths of the last Announce (the speaker's
+// own cost is measured in package bgp).
+type countingSpeaker struct {
+	*fakeSpeaker
+	last int
+}
+
+func (c *countingSpeaker) Announce(source string, paths []bgp.Path) {
+	if source == SourceLoadBalancers {
+		c.last = len(paths)
+	}
+}
+
+func (c *countingSpeaker) Update(string, []netip.Prefix, []bgp.Path) {}

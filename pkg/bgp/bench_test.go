@@ -3,6 +3,7 @@ package bgp
 import (
 	"context"
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -79,14 +80,7 @@ func BenchmarkBIRDAnnounce1000(b *testing.B) {
 // BenchmarkPlan1000 is the cost of diffing 1000 desired paths against an applied
 // state that differs in one path (no network).
 func BenchmarkPlan1000(b *testing.B) {
-	paths := make([]Path, 1000)
-	for i := range paths {
-		paths[i] = Path{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 32), Communities: []string{"65000:1"}}
-	}
-	r := newRIB()
-	want, _ := normalize(paths, nil, nil)
-	r.set("lb", want)
-	apply(r)
+	paths, r := appliedRIB(1000)
 	paths = paths[1:]
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -97,4 +91,46 @@ func BenchmarkPlan1000(b *testing.B) {
 			b.Fatal(len(cs))
 		}
 	}
+}
+
+// BenchmarkRIB10k is the speaker's cost per agent pass with 10,000 paths applied:
+// a full pass that changes nothing (normalize, set, plan: every ResyncInterval) and
+// an incremental one that changes one prefix (update, plan: each Service change).
+func BenchmarkRIB10k(b *testing.B) {
+	paths, r := appliedRIB(10000)
+	b.Run("full-unchanged", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			want, _ := normalize(paths, nil, nil)
+			r.set("lb", want)
+			if cs := r.plan(); len(cs) != 0 {
+				b.Fatal(len(cs))
+			}
+		}
+	})
+	b.Run("update-one", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			p := paths[i%len(paths)]
+			p.Communities = []string{"65000:" + strconv.Itoa(i%2+2)}
+			want, _ := normalize([]Path{p}, nil, nil)
+			r.update("lb", []netip.Prefix{p.Prefix}, want)
+			for _, c := range r.plan() {
+				r.commit(c)
+			}
+		}
+	})
+}
+
+// appliedRIB is a RIB with n /32 paths of source "lb" applied, and those paths.
+func appliedRIB(n int) ([]Path, *rib) {
+	paths := make([]Path, n)
+	for i := range paths {
+		paths[i] = Path{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 32), Communities: []string{"65000:1"}}
+	}
+	r := newRIB()
+	want, _ := normalize(paths, nil, nil)
+	r.set("lb", want)
+	apply(r)
+	return paths, r
 }

@@ -529,6 +529,35 @@ func (s *Speaker) Announce(source string, paths []Path) {
 	s.reconcileLocked()
 }
 
+// Update replaces one source's paths of the given prefixes by paths, leaving the
+// source's other prefixes as they are: the incremental form of Announce, costing in
+// proportion to the prefixes given, not to the source's size. A path whose prefix
+// is not among prefixes is logged and skipped; so are invalid paths (as Announce).
+func (s *Speaker) Update(source string, prefixes []netip.Prefix, paths []Path) {
+	if len(prefixes) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want, errs := normalize(paths, s.baseComm, s.baseLarge)
+	for _, err := range errs {
+		s.log.Error(err, "Skipping invalid BGP path", "source", source)
+	}
+	in := make(map[netip.Prefix]bool, len(prefixes))
+	for _, p := range prefixes {
+		in[p.Masked()] = true
+	}
+	for k := range want {
+		if !in[k.prefix] {
+			s.log.Error(nil, "Skipping BGP path outside the prefixes of its update", "source", source, "prefix", k.prefix)
+			delete(want, k)
+		}
+	}
+	s.rib.update(source, prefixes, want)
+	desiredPaths.WithLabelValues(source).Set(float64(len(s.rib.sources[source])))
+	s.reconcileLocked()
+}
+
 // reconcileLocked applies the diff between desired and applied paths, in one
 // call to GoBGP per kind of change.
 func (s *Speaker) reconcileLocked() {

@@ -113,50 +113,142 @@ type change struct {
 	withdraw bool
 }
 
-// rib holds the desired state per source and what was applied to GoBGP. It is not
-// safe for concurrent use.
+// rib holds the desired state per source and what was applied to GoBGP. It plans
+// only what changed since the last plan (dirty keys), so a small change to a large
+// table costs in proportion to the change. It is not safe for concurrent use.
 type rib struct {
 	sources map[string]map[pathKey]attrs
+	// hops indexes each source's paths by prefix (for update).
+	hops map[string]map[netip.Prefix][]netip.Addr
+	// names are the sources, sorted (the first supplies a shared path's attributes).
+	names   []string
 	applied map[pathKey]appliedPath
 	// ids are the path identifiers in applied, per prefix.
 	ids map[netip.Prefix][]uint32
+	// dirty are the keys whose desired or applied state may differ; all asks the
+	// next plan to compare everything (after reset).
+	dirty map[pathKey]struct{}
+	all   bool
 }
 
 func newRIB() *rib {
-	return &rib{sources: map[string]map[pathKey]attrs{}, applied: map[pathKey]appliedPath{}, ids: map[netip.Prefix][]uint32{}}
+	return &rib{
+		sources: map[string]map[pathKey]attrs{}, hops: map[string]map[netip.Prefix][]netip.Addr{},
+		applied: map[pathKey]appliedPath{}, ids: map[netip.Prefix][]uint32{}, dirty: map[pathKey]struct{}{},
+	}
 }
 
 // reset forgets everything applied (the server is gone).
 func (r *rib) reset() {
 	r.applied = map[pathKey]appliedPath{}
 	r.ids = map[netip.Prefix][]uint32{}
+	r.dirty = map[pathKey]struct{}{}
+	r.all = true
 }
 
 // set replaces the desired state of one source (empty: the source announces nothing).
 func (r *rib) set(source string, paths map[pathKey]attrs) {
 	if len(paths) == 0 {
-		delete(r.sources, source)
+		for k := range r.sources[source] {
+			r.dirty[k] = struct{}{}
+		}
+		r.dropSource(source)
 		return
 	}
-	r.sources[source] = paths
+	old, hops := r.sources[source], r.hops[source]
+	if hops == nil {
+		hops = make(map[netip.Prefix][]netip.Addr, len(paths))
+	}
+	for k, a := range old {
+		b, ok := paths[k]
+		if !ok {
+			nhs := slices.DeleteFunc(hops[k.prefix], func(nh netip.Addr) bool { return nh == k.nextHop })
+			if len(nhs) == 0 {
+				delete(hops, k.prefix)
+			} else {
+				hops[k.prefix] = nhs
+			}
+		}
+		if (!ok || !a.equal(b)) && !r.all {
+			r.dirty[k] = struct{}{}
+		}
+	}
+	for k := range paths {
+		if _, ok := old[k]; !ok {
+			hops[k.prefix] = append(hops[k.prefix], k.nextHop)
+			if !r.all {
+				r.dirty[k] = struct{}{}
+			}
+		}
+	}
+	r.addSource(source)
+	r.sources[source], r.hops[source] = paths, hops
+}
+
+// update replaces one source's paths of the given prefixes by paths (whose prefixes
+// must be among them; others are ignored), leaving its other prefixes alone.
+func (r *rib) update(source string, prefixes []netip.Prefix, paths map[pathKey]attrs) {
+	cur, hops := r.sources[source], r.hops[source]
+	if cur == nil {
+		cur, hops = map[pathKey]attrs{}, map[netip.Prefix][]netip.Addr{}
+	}
+	in := make(map[netip.Prefix]bool, len(prefixes))
+	for _, p := range prefixes {
+		p = p.Masked()
+		in[p] = true
+		for _, nh := range hops[p] {
+			k := pathKey{prefix: p, nextHop: nh}
+			delete(cur, k)
+			r.dirty[k] = struct{}{}
+		}
+		delete(hops, p)
+	}
+	for k, a := range paths {
+		if !in[k.prefix] {
+			continue
+		}
+		cur[k] = a
+		hops[k.prefix] = append(hops[k.prefix], k.nextHop)
+		r.dirty[k] = struct{}{}
+	}
+	if len(cur) == 0 {
+		r.dropSource(source)
+		return
+	}
+	r.addSource(source)
+	r.sources[source], r.hops[source] = cur, hops
+}
+
+func (r *rib) addSource(source string) {
+	if _, ok := r.sources[source]; !ok {
+		r.names = append(r.names, source)
+		slices.Sort(r.names)
+	}
+}
+
+func (r *rib) dropSource(source string) {
+	delete(r.sources, source)
+	delete(r.hops, source)
+	r.names = slices.DeleteFunc(r.names, func(n string) bool { return n == source })
+}
+
+// want returns the desired attributes of a path: those of the first source (by
+// name) that wants it; ok is false when no source does.
+func (r *rib) want(k pathKey) (attrs, bool) {
+	for _, n := range r.names {
+		if a, ok := r.sources[n][k]; ok {
+			return a, true
+		}
+	}
+	return attrs{}, false
 }
 
 // effective is the union of all sources. When two sources want the same prefix
 // with the same next hop, the source whose name sorts first supplies the
 // attributes; the path stays announced until no source wants it.
 func (r *rib) effective() map[pathKey]attrs {
-	if len(r.sources) == 1 {
-		for _, m := range r.sources {
-			return m // read-only below
-		}
-	}
-	names := make([]string, 0, len(r.sources))
-	for n := range r.sources {
-		names = append(names, n)
-	}
-	slices.Sort(names)
 	out := map[pathKey]attrs{}
-	for _, n := range names {
+	for _, n := range r.names {
 		for k, a := range r.sources[n] {
 			if _, ok := out[k]; !ok {
 				out[k] = a
@@ -169,29 +261,43 @@ func (r *rib) effective() map[pathKey]attrs {
 // plan returns the changes that turn applied into the effective desired state:
 // announcements (new or changed attributes) first, then withdrawals, so that a
 // next-hop change is make-before-break. New paths get the lowest path identifier
-// not used by another of our paths for the same prefix.
+// not used by another of our paths for the same prefix. Only dirty keys are
+// compared; a key stays dirty until a plan finds it applied as wanted (a change
+// that was never committed is planned again).
 func (r *rib) plan() []change {
-	want := r.effective()
+	if r.all {
+		for k := range r.effective() {
+			r.dirty[k] = struct{}{}
+		}
+		for k := range r.applied {
+			r.dirty[k] = struct{}{}
+		}
+		r.all = false
+	}
 	// IDs handed out by this plan, for prefixes that get new paths.
 	reserved := map[netip.Prefix][]uint32{}
 	var adds, dels []change
-	for k, a := range want {
-		if ap, ok := r.applied[k]; ok {
-			if !ap.attrs.equal(a) {
-				adds = append(adds, change{key: k, attrs: a, id: ap.id})
+	for k := range r.dirty {
+		a, wanted := r.want(k)
+		ap, applied := r.applied[k]
+		switch {
+		case wanted && applied:
+			if ap.attrs.equal(a) {
+				delete(r.dirty, k)
+				continue
 			}
-			continue
-		}
-		id := uint32(1)
-		for slices.Contains(r.ids[k.prefix], id) || slices.Contains(reserved[k.prefix], id) {
-			id++
-		}
-		reserved[k.prefix] = append(reserved[k.prefix], id)
-		adds = append(adds, change{key: k, attrs: a, id: id})
-	}
-	for k, ap := range r.applied {
-		if _, ok := want[k]; !ok {
+			adds = append(adds, change{key: k, attrs: a, id: ap.id})
+		case wanted:
+			id := uint32(1)
+			for slices.Contains(r.ids[k.prefix], id) || slices.Contains(reserved[k.prefix], id) {
+				id++
+			}
+			reserved[k.prefix] = append(reserved[k.prefix], id)
+			adds = append(adds, change{key: k, attrs: a, id: id})
+		case applied:
 			dels = append(dels, change{key: k, attrs: ap.attrs, id: ap.id, withdraw: true})
+		default:
+			delete(r.dirty, k)
 		}
 	}
 	sortChanges(adds)
@@ -207,6 +313,7 @@ func sortChanges(cs []change) {
 
 // commit records a change that the GoBGP server accepted.
 func (r *rib) commit(c change) {
+	delete(r.dirty, c.key)
 	ids := r.ids[c.key.prefix]
 	if c.withdraw {
 		delete(r.applied, c.key)

@@ -1,8 +1,10 @@
 package bgp
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -203,5 +205,134 @@ func TestNextHopPolicy(t *testing.T) {
 	}
 	if s3.Actions.Nexthop != nil || s3.Actions.RouteAction != 2 {
 		t.Errorf("no partner: want reject, got %v", s3)
+	}
+}
+
+func TestRIBUpdateTouchesOnlyItsPrefixes(t *testing.T) {
+	r := newRIB()
+	r.set("lb", mustNormalize(t, Path{Prefix: pfxA}, Path{Prefix: pfxB, NextHops: []netip.Addr{nh1, nh2}}))
+	apply(r)
+	// A changes its attributes; B is not named, so it stays as it is.
+	r.update("lb", []netip.Prefix{pfxA}, mustNormalize(t, Path{Prefix: pfxA, Communities: []string{"65000:1"}}))
+	cs := apply(r)
+	if got, want := describe(cs), []string{"add 192.0.2.1/32 via self"}; !slices.Equal(got, want) || cs[0].id != 1 {
+		t.Fatalf("plan = %v (%+v), want %v with the same path ID", got, cs, want)
+	}
+	// B loses one next hop and A is withdrawn, in one update.
+	r.update("lb", []netip.Prefix{pfxA, pfxB}, mustNormalize(t, Path{Prefix: pfxB, NextHops: []netip.Addr{nh2}}))
+	if got, want := describe(apply(r)), []string{"del 192.0.2.1/32 via self", "del 192.0.2.2/32 via 10.0.0.1"}; !slices.Equal(got, want) {
+		t.Fatalf("plan = %v, want %v", got, want)
+	}
+	// A path outside the named prefixes is ignored.
+	r.update("lb", []netip.Prefix{pfx6}, mustNormalize(t, Path{Prefix: pfx6}, Path{Prefix: pfxA}))
+	if got, want := describe(apply(r)), []string{"add 2001:db8::1/128 via self"}; !slices.Equal(got, want) {
+		t.Fatalf("plan = %v, want %v", got, want)
+	}
+	// Emptying the source by updates drops it.
+	r.update("lb", []netip.Prefix{pfxB, pfx6}, nil)
+	apply(r)
+	if len(r.applied) != 0 || len(r.sources) != 0 || len(r.names) != 0 || len(r.dirty) != 0 {
+		t.Fatalf("left: applied %v sources %v names %v dirty %v", r.applied, r.sources, r.names, r.dirty)
+	}
+}
+
+func TestRIBResetPlansEverythingAgain(t *testing.T) {
+	r := newRIB()
+	r.set("lb", mustNormalize(t, Path{Prefix: pfxA}))
+	r.set("podcidr", mustNormalize(t, Path{Prefix: pfxB}))
+	apply(r)
+	r.reset()
+	if got, want := describe(apply(r)), []string{"add 192.0.2.1/32 via self", "add 192.0.2.2/32 via self"}; !slices.Equal(got, want) {
+		t.Fatalf("plan after reset = %v, want %v", got, want)
+	}
+	if cs := apply(r); len(cs) != 0 {
+		t.Fatalf("second plan = %v", describe(cs))
+	}
+}
+
+// TestRIBIncrementalMatchesFull drives random sets and updates of two sources and
+// checks after each plan that what is applied is exactly the union the sources
+// want, as a full comparison would make it.
+func TestRIBIncrementalMatchesFull(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	prefixes := make([]netip.Prefix, 12)
+	for i := range prefixes {
+		prefixes[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i)}), 32)
+	}
+	hops := []netip.Addr{nh1, nh2, netip.MustParseAddr("10.0.0.3")}
+	randomPaths := func(ps []netip.Prefix) []Path {
+		var out []Path
+		for _, p := range ps {
+			if rnd.IntN(3) == 0 {
+				continue
+			}
+			path := Path{Prefix: p}
+			for _, h := range hops {
+				if rnd.IntN(2) == 0 {
+					path.NextHops = append(path.NextHops, h)
+				}
+			}
+			if rnd.IntN(2) == 0 {
+				path.Communities = []string{"65000:" + strconv.Itoa(rnd.IntN(3))}
+			}
+			out = append(out, path)
+		}
+		return out
+	}
+	// ref holds each source's desired paths per prefix, as full state.
+	ref := map[string]map[netip.Prefix][]Path{"lb": {}, "podcidr": {}}
+	r := newRIB()
+	for step := range 500 {
+		src := []string{"lb", "podcidr"}[rnd.IntN(2)]
+		if rnd.IntN(4) == 0 {
+			ps := randomPaths(prefixes)
+			ref[src] = map[netip.Prefix][]Path{}
+			for _, p := range ps {
+				ref[src][p.Prefix] = append(ref[src][p.Prefix], p)
+			}
+			r.set(src, mustNormalize(t, ps...))
+		} else {
+			var named []netip.Prefix
+			for _, p := range prefixes {
+				if rnd.IntN(4) == 0 {
+					named = append(named, p)
+				}
+			}
+			ps := randomPaths(named)
+			for _, p := range named {
+				delete(ref[src], p)
+			}
+			for _, p := range ps {
+				ref[src][p.Prefix] = append(ref[src][p.Prefix], p)
+			}
+			r.update(src, named, mustNormalize(t, ps...))
+		}
+		if rnd.IntN(10) == 0 {
+			r.reset()
+		}
+		if rnd.IntN(5) == 0 {
+			r.plan() // a plan GoBGP refused: nothing committed
+		}
+		apply(r)
+		full := newRIB()
+		for _, src := range []string{"lb", "podcidr"} {
+			var ps []Path
+			for _, p := range ref[src] {
+				ps = append(ps, p...)
+			}
+			full.set(src, mustNormalize(t, ps...))
+		}
+		want := full.effective()
+		if len(want) != len(r.applied) {
+			t.Fatalf("step %d: %d paths applied, want %d", step, len(r.applied), len(want))
+		}
+		for k, a := range want {
+			if ap, ok := r.applied[k]; !ok || !ap.attrs.equal(a) {
+				t.Fatalf("step %d: %v applied %+v (%v), want %+v", step, k, ap, ok, a)
+			}
+		}
+		if cs := r.plan(); len(cs) != 0 {
+			t.Fatalf("step %d: a plan right after applying changes %v", step, describe(cs))
+		}
 	}
 }

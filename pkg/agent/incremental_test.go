@@ -1,0 +1,249 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
+)
+
+// canonical renders paths as sorted strings, for comparing path sets.
+func canonical(paths []bgp.Path) []string {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		hops := slices.Clone(p.NextHops)
+		slices.SortFunc(hops, func(a, b netip.Addr) int { return a.Compare(b) })
+		comms := slices.Sorted(slices.Values(p.Communities))
+		lp := "-"
+		if p.LocalPref != nil {
+			lp = fmt.Sprint(*p.LocalPref)
+		}
+		out = append(out, fmt.Sprintf("%v via %v comms %v lp %s", p.Prefix, hops, comms, lp))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestIncrementalPassesMatchFull makes random changes to Services, EndpointSlices
+// (shared IPs, Local and Cluster policies, bad annotations, IP moves, deletions) and
+// Nodes, and checks after each batch that the paths the agent converged to by
+// incremental passes are exactly what a full computation gives, in the three
+// next-hop models. The full resync is an hour away: only incremental passes (and
+// the full passes a Node change asks for) can make them equal.
+func TestIncrementalPassesMatchFull(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		nextHop  string
+		selfOnly bool
+	}{
+		{"self", config.NextHopSelf, false},
+		{"agent", config.NextHopSelf, true},
+		{"nodes", config.NextHopNodes, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			rnd := rand.New(rand.NewPCG(7, uint64(len(tc.name))))
+			node := func(name, ip string, ready bool) *v1.Node {
+				st := v1.ConditionFalse
+				if ready {
+					st = v1.ConditionTrue
+				}
+				n := &v1.Node{
+					ObjectMeta: metav1.ObjectMeta{Name: name},
+					Status: v1.NodeStatus{
+						Addresses:  []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}},
+						Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: st}},
+					},
+				}
+				if name == "self" && tc.selfOnly {
+					// What the leader publishes for an agent's host (its router ID).
+					n.Annotations = map[string]string{hostinfo.Annotation: `{"host":"self","routerID":"10.0.0.1"}`}
+				}
+				return n
+			}
+			nodes := []string{"self", "n2", "n3"}
+			client := fake.NewClientset(node("self", "10.0.0.1", true), node("n2", "10.0.0.2", true), node("n3", "10.0.0.3", true))
+			factory := informers.NewSharedInformerFactory(client, 0)
+			sp := newFakeSpeaker()
+			cfg := &config.CloudConfig{
+				BGP:          &config.BGPConfig{LocalASN: 65000, RouterID: "10.0.0.1", NextHop: tc.nextHop},
+				LoadBalancer: &config.LoadBalancerConfig{Announcer: config.AnnouncerBGP},
+			}
+			a, err := New(Options{
+				Config: cfg, Self: "self", SelfOnly: tc.selfOnly, Informers: factory, ResyncInterval: time.Hour,
+				NewSpeaker: func(Identity) (Speaker, error) { return sp, nil },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = a.Run(ctx) }()
+
+			ips := []string{"192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.5", "2001:db8::1"}
+			randomService := func(name string) *v1.Service {
+				svc := &v1.Service{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+					Spec:       v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer},
+				}
+				if rnd.IntN(2) == 0 {
+					svc.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+				}
+				if rnd.IntN(8) == 0 {
+					svc.Spec.Type = v1.ServiceTypeClusterIP
+				}
+				switch rnd.IntN(6) {
+				case 0:
+					svc.Annotations = map[string]string{lb.AnnotationCommunities: "65000:" + fmt.Sprint(rnd.IntN(3))}
+				case 1:
+					svc.Annotations = map[string]string{lb.AnnotationCommunities: "not-a-community"}
+				}
+				for range rnd.IntN(3) {
+					svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: ips[rnd.IntN(len(ips))]})
+				}
+				return svc
+			}
+			randomSlice := func(svc string) *discoveryv1.EndpointSlice {
+				sl := &discoveryv1.EndpointSlice{
+					ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: svc + "-slice", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+					AddressType: discoveryv1.AddressTypeIPv4,
+				}
+				for _, n := range nodes {
+					if rnd.IntN(2) == 0 {
+						sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.244.0.1"}, NodeName: ptr.To(n), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(rnd.IntN(3) > 0)}})
+					}
+				}
+				return sl
+			}
+			expected := func() []string {
+				svcs, _ := a.services.List(labels.Everything())
+				all, _ := a.nodes.List(labels.Everything())
+				want, _ := lb.Desired(lb.State{
+					Services: svcs, EndpointSlices: a.slicesOf, Nodes: all, NextHop: tc.nextHop, Self: "self", SelfOnly: tc.selfOnly,
+					Node: func(name string) (*v1.Node, bool) { n, err := a.nodes.Get(name); return n, err == nil },
+				})
+				return canonical(Paths(want))
+			}
+			got := func() []string {
+				sp.mu.Lock()
+				defer sp.mu.Unlock()
+				return canonical(sp.paths[SourceLoadBalancers])
+			}
+			svcs := client.CoreV1().Services("default")
+			eps := client.DiscoveryV1().EndpointSlices("default")
+			exists := map[string]bool{}
+			for batch := range 40 {
+				for range 8 {
+					name := fmt.Sprintf("svc-%d", rnd.IntN(12))
+					var err error
+					switch op := rnd.IntN(10); {
+					case op < 5:
+						svc := randomService(name)
+						if exists[name] {
+							_, err = svcs.Update(ctx, svc, metav1.UpdateOptions{})
+						} else {
+							_, err = svcs.Create(ctx, svc, metav1.CreateOptions{})
+						}
+						exists[name] = true
+					case op < 6:
+						if exists[name] {
+							err = svcs.Delete(ctx, name, metav1.DeleteOptions{})
+							delete(exists, name)
+						}
+					case op < 9:
+						if _, gerr := eps.Get(ctx, name+"-slice", metav1.GetOptions{}); gerr == nil {
+							if rnd.IntN(4) == 0 {
+								err = eps.Delete(ctx, name+"-slice", metav1.DeleteOptions{})
+							} else {
+								_, err = eps.Update(ctx, randomSlice(name), metav1.UpdateOptions{})
+							}
+						} else {
+							_, err = eps.Create(ctx, randomSlice(name), metav1.CreateOptions{})
+						}
+					default:
+						i := rnd.IntN(len(nodes))
+						_, err = client.CoreV1().Nodes().Update(ctx, node(nodes[i], fmt.Sprintf("10.0.0.%d", i+1), rnd.IntN(3) > 0), metav1.UpdateOptions{})
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					want, have := expected(), got()
+					if slices.Equal(want, have) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("batch %d: the agent's paths\n  %s\ndiffer from a full computation's\n  %s", batch, strings.Join(have, "\n  "), strings.Join(want, "\n  "))
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			sp.mu.Lock()
+			defer sp.mu.Unlock()
+			if sp.updates == 0 {
+				t.Error("no incremental update was made")
+			}
+			if tc.nextHop == config.NextHopSelf && sp.announces > 20 {
+				// Only the first pass and the passes after a change of this host's Node are full.
+				t.Errorf("%d full passes for %d incremental ones", sp.announces, sp.updates)
+			}
+			t.Logf("%d full passes, %d incremental", sp.announces, sp.updates)
+		})
+	}
+}
+
+func TestNodeMatters(t *testing.T) {
+	base := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "1", Labels: map[string]string{"a": "b"}},
+		Spec:       v1.NodeSpec{PodCIDRs: []string{"10.244.0.0/24"}},
+		Status: v1.NodeStatus{
+			Addresses:  []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.1"}},
+			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: metav1.Unix(1, 0)}},
+		},
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*v1.Node)
+		want   bool
+	}{
+		{"heartbeat only", func(n *v1.Node) {
+			n.ResourceVersion = "2"
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.Unix(2, 0)
+			n.Status.Conditions[0].Message = "kubelet is posting ready status"
+			n.Status.Images = []v1.ContainerImage{{Names: []string{"x"}}}
+		}, false},
+		{"Ready flips", func(n *v1.Node) { n.Status.Conditions[0].Status = v1.ConditionFalse }, true},
+		{"condition added", func(n *v1.Node) {
+			n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: lb.ConditionPoweredOn, Status: v1.ConditionFalse})
+		}, true},
+		{"excluded by label", func(n *v1.Node) { n.Labels[lb.LabelExcludeFromLB] = "" }, true},
+		{"cordoned", func(n *v1.Node) { n.Spec.Unschedulable = true }, true},
+		{"address", func(n *v1.Node) { n.Status.Addresses[0].Address = "10.0.0.2" }, true},
+		{"annotation", func(n *v1.Node) { n.Annotations = map[string]string{hostinfo.Annotation: "{}"} }, true},
+		{"deleted", func(n *v1.Node) { n.DeletionTimestamp = ptr.To(metav1.Now()) }, true},
+	} {
+		n := base.DeepCopy()
+		tc.change(n)
+		if got := nodeMatters(base, n); got != tc.want {
+			t.Errorf("%s: nodeMatters = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
