@@ -372,3 +372,40 @@ func TestCommittedReleasesOrphanClaims(t *testing.T) {
 		t.Errorf("claim of .9: %+v, want s's", c)
 	}
 }
+
+// The index of known claims by Service follows every change of an address's claim.
+func TestKnownHeldByIndex(t *testing.T) {
+	l := &LoadBalancer{}
+	a := Holder{Namespace: "ns", Name: "a", UID: "ua"}
+	b := Holder{Namespace: "ns", Name: "b", UID: "ub"}
+	ip1, ip2 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	l.setKnown(ip1, &Claim{IP: ip1, Holder: a, Ours: true})
+	l.setKnown(ip2, &Claim{IP: ip2, Holder: a, Ours: true})
+	if got := l.knownHeldBy(a); !slices.Equal(got, []netip.Addr{ip1, ip2}) {
+		t.Fatalf("a holds %v, want both", got)
+	}
+	l.setKnown(ip1, &Claim{IP: ip1, Holder: b, Ours: true}) // ip1 moved to b
+	if got := l.knownHeldBy(a); !slices.Equal(got, []netip.Addr{ip2}) {
+		t.Errorf("a holds %v after ip1 moved, want ip2 only", got)
+	}
+	if got := l.knownHeldBy(b); !slices.Equal(got, []netip.Addr{ip1}) {
+		t.Errorf("b holds %v, want ip1", got)
+	}
+	if got := l.knownHeldBy(Holder{Namespace: "ns", Name: "a", UID: "other"}); len(got) != 0 {
+		t.Errorf("a re-created Service (another UID) holds %v, want none", got)
+	}
+	if got := l.knownHeldBy(Holder{Namespace: "ns", Name: "a"}); !slices.Equal(got, []netip.Addr{ip2}) {
+		t.Errorf("a Service known to be gone (no UID) holds %v, want its claims", got)
+	}
+	l.setKnown(ip1, &Claim{IP: ip1, Holder: Holder{Namespace: "ns", Name: "b", SharingKey: "k"}, Ours: true})
+	l.setKnown(ip2, nil)
+	if got := l.knownHeldBy(a); len(got) != 0 {
+		t.Errorf("a holds %v after its claim was released", got)
+	}
+	if got := l.knownHeldBy(b); len(got) != 0 {
+		t.Errorf("b holds %v, but ip1 is a sharing group's now", got)
+	}
+	if len(l.knownByName) != 0 {
+		t.Errorf("index left over: %v", l.knownByName)
+	}
+}

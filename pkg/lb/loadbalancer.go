@@ -23,6 +23,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	cloudprovider "k8s.io/cloud-provider"
@@ -104,6 +105,9 @@ type LoadBalancer struct {
 	// made again (a re-sync of a Service costs no write). Guarded by knownMu.
 	knownMu sync.Mutex
 	known   map[netip.Addr]Claim
+	// knownByName indexes known by the holder's Service, for claims of a single
+	// Service (not a sharing group's): a Service's claims are found without a scan.
+	knownByName map[types.NamespacedName][]netip.Addr
 
 	relMu sync.Mutex
 	// released are the addresses EnsureLoadBalancerDeleted freed, per Service, whose
@@ -292,10 +296,10 @@ func (l *LoadBalancer) prime(ctx context.Context) error {
 	}
 	reserved := l.reserveClaims(claims, used)
 	l.knownMu.Lock()
-	l.known = map[netip.Addr]Claim{}
+	l.known, l.knownByName = map[netip.Addr]Claim{}, map[types.NamespacedName][]netip.Addr{}
 	for ip, c := range claims {
 		if c.Ours {
-			l.known[ip] = c
+			l.putKnownLocked(ip, c)
 		}
 	}
 	l.knownMu.Unlock()
@@ -496,13 +500,29 @@ func (l *LoadBalancer) knownFor(ip netip.Addr, h Holder) bool {
 func (l *LoadBalancer) setKnown(ip netip.Addr, c *Claim) {
 	l.knownMu.Lock()
 	defer l.knownMu.Unlock()
-	if l.known == nil {
-		l.known = map[netip.Addr]Claim{}
+	if old, ok := l.known[ip]; ok && old.Holder.SharingKey == "" {
+		name := types.NamespacedName{Namespace: old.Holder.Namespace, Name: old.Holder.Name}
+		if ips := slices.DeleteFunc(l.knownByName[name], func(a netip.Addr) bool { return a == ip }); len(ips) == 0 {
+			delete(l.knownByName, name)
+		} else {
+			l.knownByName[name] = ips
+		}
 	}
-	if c == nil {
-		delete(l.known, ip)
-	} else {
-		l.known[ip] = *c
+	delete(l.known, ip)
+	if c != nil {
+		l.putKnownLocked(ip, *c)
+	}
+}
+
+// putKnownLocked records a claim not known yet (under knownMu).
+func (l *LoadBalancer) putKnownLocked(ip netip.Addr, c Claim) {
+	if l.known == nil {
+		l.known, l.knownByName = map[netip.Addr]Claim{}, map[types.NamespacedName][]netip.Addr{}
+	}
+	l.known[ip] = c
+	if c.Holder.SharingKey == "" {
+		name := types.NamespacedName{Namespace: c.Holder.Namespace, Name: c.Holder.Name}
+		l.knownByName[name] = append(l.knownByName[name], ip)
 	}
 }
 
@@ -511,9 +531,12 @@ func (l *LoadBalancer) setKnown(ip netip.Addr, c *Claim) {
 func (l *LoadBalancer) knownHeldBy(h Holder) []netip.Addr {
 	l.knownMu.Lock()
 	defer l.knownMu.Unlock()
+	if h.SharingKey != "" {
+		return nil
+	}
 	var out []netip.Addr
-	for ip, c := range l.known {
-		if h.SharingKey == "" && c.Holder.SharingKey == "" && c.owns(h) {
+	for _, ip := range l.knownByName[types.NamespacedName{Namespace: h.Namespace, Name: h.Name}] {
+		if c := l.known[ip]; c.owns(h) {
 			out = append(out, ip)
 		}
 	}

@@ -66,6 +66,22 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 			b.Fatal(err)
 		}
 		start := time.Now()
+		profiled := make(chan struct{})
+		if dir := os.Getenv("BAREMETAL_CCM_BENCH_PROFILES"); dir != "" {
+			// Where the CCM's CPU goes during the burst (the first minute).
+			go func() {
+				defer close(profiled)
+				data, err := ccm.CPUProfile(ctx, time.Minute)
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dir, "memory-5000-nodes-10000-services.cpu.pb.gz"), data, 0o644)
+				}
+				if err != nil {
+					b.Errorf("CPU profile: %v", err)
+				}
+			}()
+		} else {
+			close(profiled)
+		}
 		parallel(b, memBenchServices, func(i int) error {
 			svc := lbBenchService(i)
 			svc.Spec.AllocateLoadBalancerNodePorts = ptr.To(false) // 10,000 > the NodePort range
@@ -79,6 +95,7 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 			b.Fatal(err)
 		}
 		all := time.Since(start)
+		<-profiled
 		time.Sleep(5 * time.Second) // let the last writes and events settle
 		rss5, err := ccm.RSS()
 		if err != nil {

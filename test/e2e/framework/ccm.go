@@ -137,7 +137,7 @@ func (c *CCM) WaitHealthy(ctx context.Context) error {
 	defer cancel()
 	var last error
 	for {
-		code, body, err := c.get(ctx, "/healthz", false)
+		code, body, err := c.get(ctx, c.http, "/healthz", false)
 		switch {
 		case err == nil && code == http.StatusOK:
 			return nil
@@ -158,7 +158,7 @@ func (c *CCM) WaitHealthy(ctx context.Context) error {
 
 // Metrics returns the /metrics text, fetched with the admin bearer token.
 func (c *CCM) Metrics(ctx context.Context) (string, error) {
-	code, body, err := c.get(ctx, "/metrics", true)
+	code, body, err := c.get(ctx, c.http, "/metrics", true)
 	if err != nil {
 		return "", err
 	}
@@ -171,7 +171,18 @@ func (c *CCM) Metrics(ctx context.Context) (string, error) {
 // Fetch returns the body of an authenticated GET of path on the secure port (for
 // example /debug/pprof/heap), with the admin bearer token.
 func (c *CCM) Fetch(ctx context.Context, path string) ([]byte, error) {
-	code, body, err := c.get(ctx, path, true)
+	return c.fetch(ctx, c.http, path)
+}
+
+// CPUProfile returns the CCM's CPU profile over the next d (GET
+// /debug/pprof/profile), for `go tool pprof`.
+func (c *CCM) CPUProfile(ctx context.Context, d time.Duration) ([]byte, error) {
+	slow := &http.Client{Timeout: d + 10*time.Second, Transport: c.http.Transport}
+	return c.fetch(ctx, slow, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())))
+}
+
+func (c *CCM) fetch(ctx context.Context, client *http.Client, path string) ([]byte, error) {
+	code, body, err := c.get(ctx, client, path, true)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +192,7 @@ func (c *CCM) Fetch(ctx context.Context, path string) ([]byte, error) {
 	return []byte(body), nil
 }
 
-func (c *CCM) get(ctx context.Context, path string, auth bool) (int, string, error) {
+func (c *CCM) get(ctx context.Context, client *http.Client, path string, auth bool) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://%s%s", net.JoinHostPort(c.addr, strconv.Itoa(c.Port)), path), nil)
 	if err != nil {
 		return 0, "", err
@@ -189,7 +200,7 @@ func (c *CCM) get(ctx context.Context, path string, auth bool) (int, string, err
 	if auth {
 		req.Header.Set("Authorization", "Bearer "+c.cp.RESTConfig.BearerToken)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, "", fmt.Errorf("GET %s: %w", path, err)
 	}

@@ -53,7 +53,7 @@ func (cp *ControlPlane) Stall(component string) (resume func() error, err error)
 // Ready returns whether GET /readyz (unauthenticated, as probes do) answers 200, and
 // its body.
 func (c *CCM) Ready(ctx context.Context) (bool, string, error) {
-	code, body, err := c.get(ctx, "/readyz", false)
+	code, body, err := c.get(ctx, c.http, "/readyz", false)
 	if err != nil {
 		return false, "", err
 	}
