@@ -129,6 +129,9 @@ type rib struct {
 	// next plan to compare everything (after reset).
 	dirty map[pathKey]struct{}
 	all   bool
+	// dirtyPeak is the most keys dirty since dirty was made: a map keeps its
+	// buckets when emptied, so after a burst an empty dirty is made anew.
+	dirtyPeak int
 }
 
 func newRIB() *rib {
@@ -277,6 +280,7 @@ func (r *rib) plan() []change {
 	// IDs handed out by this plan, for prefixes that get new paths.
 	reserved := map[netip.Prefix][]uint32{}
 	var adds, dels []change
+	r.dirtyPeak = max(r.dirtyPeak, len(r.dirty))
 	for k := range r.dirty {
 		a, wanted := r.want(k)
 		ap, applied := r.applied[k]
@@ -314,6 +318,9 @@ func sortChanges(cs []change) {
 // commit records a change that the GoBGP server accepted.
 func (r *rib) commit(c change) {
 	delete(r.dirty, c.key)
+	if len(r.dirty) == 0 && r.dirtyPeak > 1024 {
+		r.dirty, r.dirtyPeak = map[pathKey]struct{}{}, 0
+	}
 	ids := r.ids[c.key.prefix]
 	if c.withdraw {
 		delete(r.applied, c.key)
