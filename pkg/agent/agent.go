@@ -157,6 +157,8 @@ type Agent struct {
 	// the last pass (Run goroutine only).
 	pend  pending
 	lbIdx lbIndex
+	// mirrorRetry is the pending retry of a failed mirror pass (guarded by mu).
+	mirrorRetry *time.Timer
 }
 
 // New registers the agent's informers on o.Informers (call before starting it, or the
@@ -269,6 +271,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			a.drains.stop()
+			a.stopMirrorRetry()
 			if speakerDone != nil {
 				if err := <-speakerDone; err != nil && !errors.Is(err, context.Canceled) {
 					return err
@@ -447,7 +450,11 @@ func (a *Agent) sync(ctx context.Context, p pending) {
 		}
 	}
 	if a.o.Mirror != nil && (p.full || p.nodes) {
-		_, _ = a.o.Mirror.Reconcile(ctx, nodes) // the mirror logs and counts its own failures
+		// The mirror logs and counts its own failures; a failed pass is retried soon,
+		// not only at the next Node change or resync.
+		if _, err := a.o.Mirror.Reconcile(ctx, nodes); err != nil {
+			a.retryMirror()
+		}
 	}
 }
 
@@ -599,15 +606,23 @@ func localHealthPort(svc *v1.Service) int32 {
 	return svc.Spec.HealthCheckNodePort
 }
 
-// reportProblems logs each Service's problem and records an event when it changes.
-// scope names the Services that were computed (nil: all); a Service in scope
-// without a problem has its record cleared.
+// reportProblems logs each Service's problems (joined, in order) and records an
+// event when they change. scope names the Services that were computed (nil: all);
+// a Service in scope without a problem has its record cleared.
 func (a *Agent) reportProblems(ctx context.Context, problems []lb.Problem, scope map[string]bool) {
-	seen := map[string]bool{}
+	msgs := map[string][]string{}
+	svcs := map[string]*v1.Service{}
+	var order []string
 	for _, p := range problems {
 		k := p.Service.Namespace + "/" + p.Service.Name
-		seen[k] = true
-		msg := p.Err.Error()
+		if _, ok := msgs[k]; !ok {
+			order = append(order, k)
+		}
+		msgs[k] = append(msgs[k], p.Err.Error())
+		svcs[k] = p.Service
+	}
+	for _, k := range order {
+		msg := strings.Join(msgs[k], "; ")
 		a.mu.Lock()
 		changed := a.problems[k] != msg
 		a.problems[k] = msg
@@ -615,13 +630,13 @@ func (a *Agent) reportProblems(ctx context.Context, problems []lb.Problem, scope
 		if changed {
 			klog.FromContext(ctx).Info("Service announcement problem", "service", k, "err", msg)
 			if a.o.Events != nil {
-				a.o.Events.Eventf(p.Service, v1.EventTypeWarning, ReasonAnnouncementProblem, "%s", msg)
+				a.o.Events.Eventf(svcs[k], v1.EventTypeWarning, ReasonAnnouncementProblem, "%s", msg)
 			}
 		}
 	}
 	a.mu.Lock()
 	for k := range a.problems {
-		if !seen[k] && (scope == nil || scope[k]) {
+		if _, ok := msgs[k]; !ok && (scope == nil || scope[k]) {
 			delete(a.problems, k)
 		}
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -128,12 +129,18 @@ type fakeMirror struct {
 	mu    sync.Mutex
 	nodes int
 	calls int
+	// fail is how many of the next calls fail.
+	fail int
 }
 
 func (m *fakeMirror) Reconcile(_ context.Context, nodes []*v1.Node) (routes.Result, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.nodes, m.calls = len(nodes), m.calls+1
+	if m.fail > 0 {
+		m.fail--
+		return routes.Result{}, errors.New("netlink: operation not permitted")
+	}
 	return routes.Result{}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
 )
 
 // pending is what changed since the last pass (guarded by Agent.mu). A pass that is
@@ -130,6 +132,36 @@ func (x *lbIndex) set(key types.NamespacedName, prefixes []netip.Prefix) {
 	}
 }
 
+// mirrorRetryDelay is how long after a failed mirror pass it is tried again.
+var mirrorRetryDelay = 5 * time.Second
+
+// retryMirror schedules a pass of the mirror (and pod CIDRs) after a failure; one
+// retry is pending at a time.
+func (a *Agent) retryMirror() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mirrorRetry != nil {
+		return // one is pending already
+	}
+	a.mirrorRetry = time.AfterFunc(mirrorRetryDelay, func() {
+		a.mu.Lock()
+		a.mirrorRetry = nil
+		a.pend.nodes = true
+		a.mu.Unlock()
+		a.kick()
+	})
+}
+
+// stopMirrorRetry cancels a pending retry (Run ends).
+func (a *Agent) stopMirrorRetry() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mirrorRetry != nil {
+		a.mirrorRetry.Stop()
+		a.mirrorRetry = nil
+	}
+}
+
 // kickFull asks for a full pass.
 func (a *Agent) kickFull() {
 	a.mu.Lock()
@@ -231,11 +263,12 @@ func (a *Agent) nodeHandler() cache.ResourceEventHandler {
 
 // nodeMatters reports whether a Node update can change what the agent applies:
 // anything but a status heartbeat (the conditions' heartbeat times and messages,
-// images, capacity, node info, volumes) and the object's metadata bookkeeping.
+// images, capacity, node info, volumes, the speaker status annotation) and the
+// object's metadata bookkeeping.
 func nodeMatters(o, n *v1.Node) bool {
 	if !equality.Semantic.DeepEqual(o.DeletionTimestamp, n.DeletionTimestamp) ||
 		!equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
-		!equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
+		!annotationsEqual(o.Annotations, n.Annotations) ||
 		!equality.Semantic.DeepEqual(o.Spec, n.Spec) ||
 		!equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses) ||
 		len(o.Status.Conditions) != len(n.Status.Conditions) {
@@ -248,6 +281,30 @@ func nodeMatters(o, n *v1.Node) bool {
 		}
 	}
 	return false
+}
+
+// annotationsEqual compares two Nodes' annotations, leaving out the speaker
+// status each replica rewrites on its own Node as its paths change (a heartbeat
+// to this agent).
+func annotationsEqual(a, b map[string]string) bool {
+	count := func(m map[string]string) int {
+		if _, ok := m[speakerstatus.Annotation]; ok {
+			return len(m) - 1
+		}
+		return len(m)
+	}
+	if count(a) != count(b) {
+		return false
+	}
+	for k, v := range a {
+		if k == speakerstatus.Annotation {
+			continue
+		}
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // syncLoadBalancersDelta recomputes the announcements of the changed Services and of
@@ -282,7 +339,10 @@ func (a *Agent) syncLoadBalancersDelta(ctx context.Context, sp Speaker, nodes []
 		add(prefixesOf(svc))
 	}
 	// Every Service holding one of them contributes to its announcement (a shared
-	// IP); their other prefixes did not change and are left out of the update.
+	// IP); their other prefixes did not change and are left out of the update. The
+	// holders come from the index as of the last pass: when an address moves from
+	// one Service to another whose event is not handled yet, it is withdrawn for one
+	// pass and announced again by the next (the new holder's event kicks it).
 	for _, p := range prefixes {
 		for _, key := range a.lbIdx.services[p] {
 			if _, ok := current[key]; !ok {

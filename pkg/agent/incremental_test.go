@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -16,12 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
 )
 
 // canonical renders paths as sorted strings, for comparing path sets.
@@ -230,6 +233,9 @@ func TestNodeMatters(t *testing.T) {
 			n.Status.Conditions[0].Message = "kubelet is posting ready status"
 			n.Status.Images = []v1.ContainerImage{{Names: []string{"x"}}}
 		}, false},
+		{"speaker status rewritten", func(n *v1.Node) {
+			n.Annotations = map[string]string{speakerstatus.Annotation: `{"paths":10}`}
+		}, false},
 		{"Ready flips", func(n *v1.Node) { n.Status.Conditions[0].Status = v1.ConditionFalse }, true},
 		{"condition added", func(n *v1.Node) {
 			n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: lb.ConditionPoweredOn, Status: v1.ConditionFalse})
@@ -245,5 +251,67 @@ func TestNodeMatters(t *testing.T) {
 		if got := nodeMatters(base, n); got != tc.want {
 			t.Errorf("%s: nodeMatters = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A failed mirror pass is retried without waiting for a Node change or the resync.
+func TestMirrorFailureRetried(t *testing.T) {
+	old := mirrorRetryDelay
+	mirrorRetryDelay = 100 * time.Millisecond
+	defer func() { mirrorRetryDelay = old }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1.NodeSpec{PodCIDR: "10.244.1.0/24"}}
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(n), 0)
+	mirror := &fakeMirror{fail: 2}
+	a, err := New(Options{Config: &config.CloudConfig{}, Self: "n1", Informers: factory, Mirror: mirror, ResyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	waitUntil(t, "the mirror to succeed after two failures", func() bool {
+		mirror.mu.Lock()
+		defer mirror.mu.Unlock()
+		return mirror.calls == 3 && mirror.fail == 0
+	})
+	time.Sleep(300 * time.Millisecond)
+	mirror.mu.Lock()
+	calls := mirror.calls
+	mirror.mu.Unlock()
+	if calls != 3 {
+		t.Errorf("%d mirror passes, want 3: no retry after a success", calls)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Service with several problems gets one event with all of them, once.
+func TestProblemsJoinedPerService(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	a := &Agent{o: Options{Events: rec}, problems: map[string]string{}}
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
+	problems := []lb.Problem{
+		{Service: svc, Err: errors.New("bad community")},
+		{Service: svc, Err: errors.New("192.0.2.9 is in no configured pool: not announced")},
+	}
+	ctx := context.Background()
+	a.reportProblems(ctx, problems, nil)
+	a.reportProblems(ctx, problems, map[string]bool{"ns/web": true})
+	if len(rec.Events) != 1 {
+		t.Fatalf("%d events, want 1", len(rec.Events))
+	}
+	if e := <-rec.Events; !strings.Contains(e, "bad community; 192.0.2.9 is in no configured pool") {
+		t.Errorf("event %q, want both problems", e)
+	}
+	a.reportProblems(ctx, nil, map[string]bool{"other/svc": true})
+	if a.problems["ns/web"] == "" {
+		t.Error("a pass that did not compute the Service cleared its problem")
+	}
+	a.reportProblems(ctx, nil, map[string]bool{"ns/web": true})
+	if _, ok := a.problems["ns/web"]; ok {
+		t.Error("the Service's problem is still recorded after a pass found none")
 	}
 }

@@ -304,6 +304,9 @@ func (r *rib) plan() []change {
 			delete(r.dirty, k)
 		}
 	}
+	if len(r.dirty) == 0 && r.dirtyPeak > 1024 {
+		r.dirty, r.dirtyPeak = map[pathKey]struct{}{}, 0
+	}
 	sortChanges(adds)
 	sortChanges(dels)
 	return append(adds, dels...)
