@@ -141,7 +141,8 @@ grep -E '^- name:|systemUUID|instanceType|zone' "$W/inventory.yaml" | sed 's/^/ 
 bold "CloudConfig ($W/cloud-config.yaml): pools, BGP and routes"
 sed -n '/^loadBalancer:/,$p' "$W/cloud-config.yaml" | sed 's/^/  /'
 
-bold "Installing the CCM's namespace and RBAC, as an operator does: baremetal-ccmctl manifests rbac | kubectl apply -f -"
+bold "Installing the CCM's CRDs, namespace and RBAC, as an operator does: baremetal-ccmctl manifests crds (then rbac) | kubectl apply -f -"
+"$W/bin/baremetal-ccmctl" manifests crds | k apply -f - | sed 's/^/  /'
 "$W/bin/baremetal-ccmctl" manifests rbac | k apply -f - | sed 's/^/  /'
 echo "  (the CCM keeps the deletion guard's state and the pools' use in namespace baremetal-ccm;"
 echo "   without it the CCM is not ready and says so: baremetal-ccmctl explain ccm)"
@@ -243,6 +244,11 @@ birdc show route "$web_ip/32" all | grep -vE '^BIRD |BGP\.(origin|local_pref)|Ty
 echo
 echo "the router's kernel: \$ ip -n $NS route show proto bird"
 ip -n "$NS" route show proto bird | sed 's/^/  /'
+echo
+echo "the speaker's sessions, as every replica and agent publishes them: \$ kubectl get bgpsessionstates"
+sessions_up() { k get bgpsessionstates -o jsonpath='{.items[*].status.bgpState}' 2>/dev/null | grep -q established; }
+wait_until 30 "the replica's BGPSessionState" sessions_up
+k get bgpsessionstates | sed 's/^/  /'
 
 bold "Deleting Service web: its /32 is withdrawn"
 k delete svc web >/dev/null

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -20,8 +22,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/agent"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
@@ -59,6 +63,10 @@ type agentDeps struct {
 	selfOnly  bool
 	routerID  netip.Addr
 	passwords agent.Passwords
+	// sessions publishes this host's BGP session states (nil: not published);
+	// speaker is their spec.speaker.
+	sessions versioned.Interface
+	speaker  string
 }
 
 // startAgent runs the replica-local agent (BGP announcements, route mirror) on every
@@ -72,31 +80,24 @@ func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.
 		close(done)
 		return nil, done, nil
 	}
+	var err error
 	d := agentDeps{cfg: cfg, kernel: cloud.Kernel(), store: cloud.Store(), start: cloud.Start}
 	if b := cloud.Balancer(); b != nil {
 		d.poolOf = b.Allocator().PoolOf
 	}
 	if f.routerID != "" {
-		rid, err := parseRouterID(f.routerID)
-		if err != nil {
+		if d.routerID, err = parseRouterID(f.routerID); err != nil {
 			return nil, nil, err
 		}
-		d.routerID = rid
 	} else if cfg.BGP != nil && cfg.BGP.RouterID != "" && c.ComponentConfig.Generic.LeaderElection.LeaderElect {
 		klog.InfoS("Warning: bgp.routerID is set in the CloudConfig and leader election is on: replicas that share this file share the router ID, which routers treat as one speaker; give each host its own (inventory hosts[].bgpRouterID, or --bgp-router-id)", "routerID", cfg.BGP.RouterID)
 	}
 	client := c.ClientBuilder.ClientOrDie("baremetal-ccm-agent")
-	a, done, err := runAgent(ctx, client, c.SharedInformers, d, f.nodeName)
-	if err == nil && a != nil && cfg.BGP != nil && f.nodeName != "" {
-		// The leader tells who announces each Service from these (Service condition
-		// baremetal-ccm.io/Announced; baremetal-ccmctl explain).
-		pub := &speakerstatus.Publisher{Client: client, Node: f.nodeName, Read: func() speakerstatus.Status {
-			st, _ := a.SpeakerStatus()
-			return st
-		}}
-		go pub.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("agent")))
+	if d.sessions, err = speakerstatus.NewClient(c.ClientBuilder.ConfigOrDie("baremetal-ccm-agent")); err != nil {
+		return nil, nil, err
 	}
-	return a, done, err
+	d.speaker = v1alpha1.SpeakerReplica
+	return runAgent(ctx, client, c.SharedInformers, d, f.nodeName)
 }
 
 func parseRouterID(s string) (netip.Addr, error) {
@@ -162,6 +163,20 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 			os.Exit(1)
 		}
 	}()
+	if d.sessions != nil && cfg.BGP != nil && nodeName != "" && opts.NewSpeaker != nil {
+		// Who speaks, to whom, in what state: the leader's Announced condition,
+		// explain and kubectl get bgpsessionstates read these.
+		pub := &speakerstatus.Publisher{Client: d.sessions, Node: nodeName, Speaker: d.speaker, Read: func() (speakerstatus.Status, bool) {
+			return a.SpeakerStatus()
+		}, NodeUID: func(ctx context.Context) (types.UID, error) {
+			n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				return "", err
+			}
+			return n.UID, nil
+		}}
+		go pub.Run(klog.NewContext(ctx, logger))
+	}
 	return a, done, nil
 }
 

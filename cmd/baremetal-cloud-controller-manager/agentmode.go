@@ -19,9 +19,11 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/internal/sdnotify"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/trim"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/agent"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
 )
 
@@ -129,6 +131,10 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	if d.sessions, err = speakerstatus.NewClient(rest); err != nil {
+		return fail(err)
+	}
+	d.speaker = v1alpha1.SpeakerAgent
 	klog.InfoS("Starting the agent", "program", program, "version", version.Version, "node", *nodeName)
 
 	notifier := sdnotify.New()

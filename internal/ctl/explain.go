@@ -11,9 +11,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/explain"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 )
 
@@ -22,6 +24,8 @@ import (
 // --namespace/-n (else the context's namespace, else default).
 type kubeFlags struct {
 	kubeconfig, context, namespace string
+	// cfg is the client configuration client made.
+	cfg *rest.Config
 }
 
 func (k *kubeFlags) add(fs *flag.FlagSet) {
@@ -47,6 +51,7 @@ func (k *kubeFlags) client() (kubernetes.Interface, string, error) {
 			ns = metav1.NamespaceDefault
 		}
 	}
+	k.cfg = cfg
 	client, err := kubernetes.NewForConfig(cfg)
 	return client, ns, err
 }
@@ -95,6 +100,10 @@ func explainCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	e := &explain.Explainer{Client: client}
+	if e.Sessions, err = versioned.NewForConfig(k.cfg); err != nil {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
+		return 2
+	}
 	var out string
 	switch kind {
 	case "svc", "service", "services":

@@ -32,12 +32,17 @@ const usage = `usage:
   baremetal-ccmctl manifests deployment [flags] [-- extra CCM arguments]
       print the CCM as a Deployment on the control-plane nodes (kubectl apply -f -), for
       clusters that prefer one to static pods; its configuration comes from a ConfigMap
+  baremetal-ccmctl manifests crds
+      print the CustomResourceDefinitions of baremetal-ccm.io (BGPSessionState); apply
+      them before the CCM and the agents (kubectl apply -f -)
   baremetal-ccmctl manifests rbac
       print the ServiceAccount, ClusterRole and bindings the CCM needs (kubectl apply -f -)
   baremetal-ccmctl manifests rbac-metallb [--namespace NS]
       print the Role and RoleBinding the metallb announcer needs in MetalLB's namespace
   baremetal-ccmctl manifests agent-rbac
-      print the worker agents' ServiceAccount, ClusterRole and binding (kubectl apply -f -)
+      print the worker agents' ServiceAccount, ClusterRole and binding, and the
+      ValidatingAdmissionPolicy that keeps each agent to its own node's objects
+      (kubectl apply -f -)
   baremetal-ccmctl manifests agent-daemonset [flags] [-- extra agent arguments]
       print the worker agent as a DaemonSet on every Node but the control plane's
       (kubectl apply -f -), for clusters that prefer one to the agent's systemd unit;
@@ -79,6 +84,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return lbPoolsCmd(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "agent" && args[1] == "kubeconfig":
 		return agentKubeconfigCmd(args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "manifests" && args[1] == "crds":
+		_, _ = stdout.Write(manifests.CRDs())
+		return 0
 	case len(args) >= 2 && args[0] == "manifests" && args[1] == "rbac":
 		return emit(stdout, stderr, manifests.RBAC()...)
 	case len(args) >= 2 && args[0] == "manifests" && args[1] == "agent-rbac":

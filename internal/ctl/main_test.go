@@ -23,7 +23,7 @@ func TestManifests(t *testing.T) {
 		}
 	}
 	// Defaults print exactly the packaged manifests (minus their header comment).
-	for args, file := range map[string]string{"static-pod": "static-pod.yaml", "deployment": "deployment.yaml", "rbac": "rbac.yaml", "agent-rbac": "rbac-agent.yaml", "agent-daemonset": "agent-daemonset.yaml"} {
+	for args, file := range map[string]string{"static-pod": "static-pod.yaml", "deployment": "deployment.yaml", "rbac": "rbac.yaml", "agent-rbac": "rbac-agent.yaml", "agent-daemonset": "agent-daemonset.yaml", "crds": "crds.yaml"} {
 		out.Reset()
 		if code := Run([]string{"manifests", args}, &out, &errb); code != 0 {
 			t.Fatalf("%s: exit %d", args, code)

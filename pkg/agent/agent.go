@@ -401,9 +401,10 @@ func (a *Agent) SpeakerStatus() (speakerstatus.Status, bool) {
 	for _, b := range sp.BFDSessions() {
 		bfdState[b.Peer] = b.State.String()
 	}
-	st := speakerstatus.Status{Paths: sp.AppliedPaths()}
+	var st speakerstatus.Status
 	for _, p := range sp.Peers() {
-		st.Peers = append(st.Peers, speakerstatus.Peer{Address: p.Address.String(), State: p.State, Ready: p.Ready, BFD: bfdState[p.Address], LastError: p.LastError, BFDProblem: p.BFDProblem})
+		st.Peers = append(st.Peers, speakerstatus.Peer{Address: p.Address, State: p.State, Ready: p.Ready, BFD: bfdState[p.Address],
+			LastError: p.LastError, BFDProblem: p.BFDProblem, PrefixesSent: p.PrefixesSent, UpSince: p.UpSince})
 	}
 	return st, true
 }

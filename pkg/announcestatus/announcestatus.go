@@ -1,15 +1,14 @@
 // Package announcestatus keeps the Service condition baremetal-ccm.io/Announced on
 // the leader: which announcer carries a Service's addresses, how many CCM replicas
-// announce them and whether their BGP sessions are up (from each replica's
-// speakerstatus annotation on its Node), and in next-hop mode nodes which nodes the
-// paths lead to. It only writes a condition that changed, at a bounded rate, so a BGP
-// session that flaps does not turn into a burst of writes.
+// and which worker agents announce them and whether their BGP sessions are up (from
+// the BGPSessionState objects every speaker writes, package speakerstatus), and in
+// next-hop mode nodes which nodes the paths lead to. It only writes a condition that
+// changed, at a bounded rate, so a BGP session that flaps does not turn into a burst
+// of writes.
 //
 // The message names sessions up or down, never their transient states or errors
-// (those are on the replica's Node and in `baremetal-ccmctl explain`), so a session
-// retrying does not rewrite every Service. Worker agents do not publish their
-// sessions (their role cannot write Nodes): in agent mode the condition names the
-// nodes that are eligible to announce.
+// (those are in the BGPSessionState objects and `baremetal-ccmctl explain`), so a
+// session retrying does not rewrite every Service.
 package announcestatus
 
 import (
@@ -18,7 +17,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -37,7 +35,9 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	v1alpha1listers "github.com/baremetal-ccm/baremetal-ccm/pkg/generated/listers/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
 )
@@ -61,6 +61,10 @@ type Options struct {
 	Config    *config.CloudConfig
 	// Pool returns an IP's pool (an IP in none is not announced).
 	Pool func(netip.Addr) (*config.AddressPool, bool)
+	// Sessions lists the speakers' BGPSessionState objects (nil: none known). The
+	// controller does not wait for its cache: without the CRD it reports that no
+	// speaker publishes.
+	Sessions v1alpha1listers.BGPSessionStateLister
 	// Interval between full passes. Default 5s.
 	Interval time.Duration
 	// WriteQPS and WriteBurst bound the condition writes. Default 20 and 50.
@@ -137,7 +141,11 @@ func (c *Controller) pass(ctx context.Context) {
 		return
 	}
 	nodes, _ := c.nodes.List(labels.Everything())
-	want := c.Compute(svcs, nodes)
+	var sessions []*v1alpha1.BGPSessionState
+	if c.o.Sessions != nil {
+		sessions, _ = c.o.Sessions.List(labels.Everything())
+	}
+	want := c.Compute(svcs, nodes, sessions)
 	for _, svc := range svcs {
 		k := svc.Namespace + "/" + svc.Name
 		cond, ok := want[k]
@@ -185,30 +193,27 @@ func (c *Controller) write(ctx context.Context, svc *v1.Service, cur *metav1.Con
 	return err
 }
 
-// replica is one CCM replica's published speaker.
-type replica struct {
-	node   *v1.Node
-	status speakerstatus.Status
-}
-
 // Compute returns the Announced condition of every Service of ours that holds
 // addresses, by namespace/name (without transition time).
-func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node) map[string]metav1.Condition {
+func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node, sessions []*v1alpha1.BGPSessionState) map[string]metav1.Condition {
 	now := c.o.Clock()
 	cfg := c.o.Config
 	announcer := config.AnnouncerNone
 	if cfg.LoadBalancer != nil {
 		announcer = cfg.LoadBalancer.Announcer
 	}
-	var replicas []replica
 	byName := make(map[string]*v1.Node, len(nodes))
 	for _, n := range nodes {
 		byName[n.Name] = n
-		if st, fresh, err := speakerstatus.FromNode(n, now); err == nil && fresh {
-			replicas = append(replicas, replica{node: n, status: st})
+	}
+	var replicas, agents []speakerstatus.Speaker
+	for _, s := range speakerstatus.Fresh(sessions, now) {
+		if s.Kind == v1alpha1.SpeakerAgent {
+			agents = append(agents, s)
+		} else {
+			replicas = append(replicas, s)
 		}
 	}
-	sort.Slice(replicas, func(i, j int) bool { return replicas[i].node.Name < replicas[j].node.Name })
 	slicesOf := func(ns, name string) []*discoveryv1.EndpointSlice {
 		sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name})
 		out, _ := c.slices.EndpointSlices(ns).List(sel)
@@ -261,7 +266,7 @@ func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node) map[string]me
 			cond.Status, cond.Reason = metav1.ConditionUnknown, ReasonMetalLB
 			cond.Message = "announced by MetalLB's speakers from the objects this CCM writes (see MetalLB's status and logs)"
 		default:
-			cond = c.bgpCondition(svc, ips, replicas, hops, draining, nodeOf, slicesOf)
+			cond = c.bgpCondition(svc, ips, replicas, agents, byName, hops, draining, nodeOf, slicesOf)
 		}
 		out[svc.Namespace+"/"+svc.Name] = cond
 	}
@@ -269,7 +274,7 @@ func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node) map[string]me
 }
 
 // bgpCondition is the condition of a Service announced by the embedded speakers.
-func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []replica, hops, draining map[netip.Prefix][]netip.Addr, nodeOf map[netip.Addr]string, slicesOf func(string, string) []*discoveryv1.EndpointSlice) metav1.Condition {
+func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas, agents []speakerstatus.Speaker, byName map[string]*v1.Node, hops, draining map[netip.Prefix][]netip.Addr, nodeOf map[netip.Addr]string, slicesOf func(string, string) []*discoveryv1.EndpointSlice) metav1.Condition {
 	cond := metav1.Condition{Type: lb.ConditionAnnounced, Status: metav1.ConditionFalse}
 	if c.o.Pool != nil {
 		var out []string
@@ -298,26 +303,44 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []
 	// eligible nodes as next hops.
 	var by, notBy []string
 	for _, r := range replicas {
-		var up, down []string
-		for _, p := range r.status.Peers {
-			if p.State == "established" {
-				if p.BFDProblem != "" {
-					up = append(up, p.Address+" without BFD")
-				} else {
-					up = append(up, p.Address)
-				}
-			} else {
-				down = append(down, p.Address)
-			}
-		}
-		desc := r.node.Name + " (" + sessions(up, down) + ")"
+		desc, up := describe(r)
 		switch {
-		case len(up) == 0:
+		case !up:
 			notBy = append(notBy, desc)
-		case mode == config.NextHopSelf && local && !ready[r.node.Name]:
-			notBy = append(notBy, r.node.Name+" (no ready local endpoint)")
+		case mode == config.NextHopSelf && local && !ready[r.Node]:
+			notBy = append(notBy, r.Node+" (no ready local endpoint)")
 		default:
 			by = append(by, desc)
+		}
+	}
+	// A worker agent announces its own node as next hop while the node takes
+	// traffic (and, for Local, has a ready endpoint): lb.Desired with SelfOnly.
+	var agentsBy, agentsNotBy []string
+	var localReady map[string]bool
+	counted := 0
+	for _, a := range agents {
+		n, known := byName[a.Node]
+		if !known {
+			continue // its Node is gone: it announces nothing (its objects go with it)
+		}
+		counted++
+		desc, up := describe(a)
+		switch {
+		case !up:
+			agentsNotBy = append(agentsNotBy, desc)
+		case !lb.Eligible(n):
+			agentsNotBy = append(agentsNotBy, a.Node+" (node takes no traffic)")
+		case local:
+			if localReady == nil {
+				localReady = lb.ReadyEndpointNodes(slicesOf(svc.Namespace, svc.Name))
+			}
+			if !localReady[a.Node] {
+				agentsNotBy = append(agentsNotBy, a.Node+" (no ready local endpoint)")
+				continue
+			}
+			agentsBy = append(agentsBy, desc)
+		default:
+			agentsBy = append(agentsBy, desc)
 		}
 	}
 	var b strings.Builder
@@ -344,9 +367,9 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []
 		slices.Sort(dh)
 	}
 	switch {
-	case len(replicas) == 0:
+	case len(replicas)+len(agents) == 0:
 		cond.Reason = ReasonNoReplica
-		b.WriteString("no CCM replica reports its BGP speaker (annotation " + speakerstatus.Annotation + " on its Node, written when the CCM knows its --node-name)")
+		b.WriteString("no BGP speaker reports its sessions (BGPSessionState objects, written by CCM replicas that know their --node-name and by worker agents; is the CRD " + speakerstatus.CRD + " installed?)")
 	case mode == config.NextHopNodes && len(nh)+len(dh) == 0:
 		cond.Reason = ReasonNoEligibleNode
 		b.WriteString("no eligible node to send the traffic to (Ready, not excluded, powered on, healthy")
@@ -354,18 +377,28 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []
 			b.WriteString(", with a ready local endpoint")
 		}
 		b.WriteString("): not announced, so the routers drop nothing into a black hole")
-	case len(by) == 0 && mode == config.NextHopSelf && local:
+	case len(by)+len(agentsBy) == 0 && mode == config.NextHopSelf && local && len(agents) == 0:
 		cond.Reason = ReasonNoLocalEndpoint
 		b.WriteString("externalTrafficPolicy Local and no CCM replica's node has a ready endpoint: not announced in next-hop mode self (use bgp.nextHop: nodes for Local Services)")
-	case len(by) == 0:
+	case len(by)+len(agentsBy) == 0:
 		cond.Reason = ReasonNoSessionUp
-		b.WriteString("no CCM replica has a BGP session up")
+		b.WriteString("no BGP speaker announces it (no session up, or no node that may take the traffic)")
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonBGP
-		fmt.Fprintf(&b, "announced over BGP by %d of %d CCM replicas: %s", len(by), len(replicas), strings.Join(by, ", "))
+		if len(by) > 0 {
+			fmt.Fprintf(&b, "announced over BGP by %d of %d CCM replicas: %s", len(by), len(replicas), strings.Join(by, ", "))
+		} else {
+			b.WriteString("announced over BGP")
+		}
+		if len(agentsBy) > 0 {
+			fmt.Fprintf(&b, "; by %d of %d worker agents: %s", len(agentsBy), counted, strings.Join(limit(agentsBy, 20), ", "))
+		}
 	}
 	if len(notBy) > 0 && cond.Reason != ReasonNoReplica {
 		b.WriteString("; not by " + strings.Join(notBy, ", "))
+	}
+	if len(agentsNotBy) > 0 && cond.Reason != ReasonNoReplica {
+		b.WriteString("; not by agents " + strings.Join(limit(agentsNotBy, 20), ", "))
 	}
 	if len(nh) > 0 {
 		b.WriteString("; next hops: " + strings.Join(limit(nh, 20), ", "))
@@ -375,6 +408,23 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas []
 	}
 	cond.Message = b.String()
 	return cond
+}
+
+// describe names a speaker's node and sessions, and whether one is up.
+func describe(s speakerstatus.Speaker) (string, bool) {
+	var up, down []string
+	for _, p := range s.Peers {
+		a := p.Address.String()
+		switch {
+		case p.State != "established":
+			down = append(down, a)
+		case p.BFDProblem != "":
+			up = append(up, a+" without BFD")
+		default:
+			up = append(up, a)
+		}
+	}
+	return s.Node + " (" + sessions(up, down) + ")", len(up) > 0
 }
 
 func sessions(up, down []string) string {

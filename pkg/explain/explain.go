@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
@@ -39,6 +41,8 @@ const CCMNamespace = "baremetal-ccm"
 // Explainer reads the cluster through Client.
 type Explainer struct {
 	Client kubernetes.Interface
+	// Sessions reads the BGPSessionState objects (nil: not shown).
+	Sessions versioned.Interface
 	// Now is time.Now unless a test sets it (ages are relative to it).
 	Now func() time.Time
 	// Events is how many recent events to show. Default 5.
@@ -67,7 +71,7 @@ var advice = map[string]string{
 	lb.ReasonFamilyUnavailable: "no pool offers the requested IP family: add a range of that family, or change spec.ipFamilies",
 	lb.ReasonIPConflict:        "two Services show the same address; the older keeps it, the other gets a new one or stays pending",
 	"NoSessionUp":              "no CCM replica has a BGP session: check the routers and the replicas' logs (\"Warning: BGP session not established\" names the likely cause)",
-	"NoReplicaReports":         "no CCM replica publishes its speaker: check that the CCM runs with --node-name (the Node's name) and a bgp section",
+	"NoReplicaReports":         "no BGP speaker publishes its sessions: check that the CRD " + speakerstatus.CRD + " is installed (baremetal-ccmctl manifests crds), that the CCM runs with --node-name (the Node's name) and a bgp section, and the speakers' logs",
 	"NoEligibleNode":           "no node may take the traffic (Ready, not excluded, powered on, healthy, and for Local with a ready endpoint)",
 	"NoLocalEndpoint":          "for externalTrafficPolicy Local use bgp.nextHop: nodes, or run the Service's pods on the control-plane nodes",
 	"NotInPool":                "add the address's range back to a pool, or recreate the Service to get one from the current pools",
@@ -280,31 +284,57 @@ func (e *Explainer) Node(ctx context.Context, name string) (string, error) {
 		}
 		fmt.Fprintf(&b, "  BGP for its agent: host %s, rack %q, router ID %s, peers %s\n", info.Host, info.Rack, info.RouterID, strings.Join(peers, ", "))
 	}
-	if st, fresh, err := speakerstatus.FromNode(n, now); err != nil {
-		fmt.Fprintf(&b, "  CCM replica's speaker: unreadable annotation: %v\n", err)
-	} else if _, has := n.Annotations[speakerstatus.Annotation]; has {
-		staleness := ""
-		if !fresh {
-			staleness = " (STALE: not updated for " + age(now, st.Updated) + "; is the replica running?)"
-		}
-		fmt.Fprintf(&b, "  CCM replica's speaker%s: %d paths\n", staleness, st.Paths)
-		for _, p := range st.Peers {
-			line := fmt.Sprintf("    peer %s: %s", p.Address, p.State)
-			if p.BFD != "" {
-				line += ", BFD " + p.BFD
-			}
-			if p.LastError != "" {
-				line += ", last error: " + p.LastError
-			}
-			if p.BFDProblem != "" {
-				line += ", " + p.BFDProblem
-			}
-			b.WriteString(line + "\n")
-		}
-	}
+	e.sessions(ctx, &b, name, now)
 	e.events(ctx, &b, "Node", "", name)
 	writeAdvice(&b, reasons)
 	return b.String(), nil
+}
+
+// sessions writes node's BGP sessions, as its speaker (a CCM replica or a worker
+// agent) publishes them.
+func (e *Explainer) sessions(ctx context.Context, b *strings.Builder, node string, now time.Time) {
+	if e.Sessions == nil {
+		return
+	}
+	list, err := e.Sessions.BaremetalCCMV1alpha1().BGPSessionStates().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNode + "=" + node})
+	if err != nil {
+		fmt.Fprintf(b, "  BGP sessions: cannot list BGPSessionState objects: %v\n", err)
+		return
+	}
+	if len(list.Items) == 0 {
+		return
+	}
+	items := list.Items
+	sort.Slice(items, func(i, j int) bool { return items[i].Spec.Peer < items[j].Spec.Peer })
+	fmt.Fprintf(b, "  BGP sessions (%s speaker, kubectl get bgpsessionstates -l %s=%s):\n", strings.ToLower(items[0].Spec.Speaker), v1alpha1.LabelNode, node)
+	for i := range items {
+		o := &items[i]
+		st := o.Status
+		line := fmt.Sprintf("    peer %s: %s", o.Spec.Peer, st.BGPState)
+		if st.Since != nil {
+			line += " since " + age(now, st.Since.Time)
+		}
+		if st.BGPState == "established" {
+			line += fmt.Sprintf(", %d prefixes sent", st.PrefixesSent)
+		}
+		if st.BFDState != "" {
+			line += ", BFD " + st.BFDState
+		}
+		if st.LastError != "" {
+			line += ", last error: " + st.LastError
+		}
+		if st.BFDProblem != "" {
+			line += ", " + st.BFDProblem
+		}
+		if !speakerstatus.IsFresh(o, now) {
+			updated := "never"
+			if st.Updated != nil {
+				updated = age(now, st.Updated.Time) + " ago"
+			}
+			line += " (STALE: updated " + updated + "; is its speaker running?)"
+		}
+		b.WriteString(line + "\n")
+	}
 }
 
 // CCM explains whether the cluster has what the CCM needs: its namespace and the

@@ -11,6 +11,7 @@ import (
 	"path"
 	"strconv"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -177,8 +178,9 @@ func ccmContainer(image string, port int, args, extra []string) v1.Container {
 // ClusterRoleRules are the permissions of the CCM: the ClusterRole of the upstream
 // cloud-controller-manager documentation (without persistent volumes, which this
 // provider does not label), plus leases for leader election, read access to
-// EndpointSlices and the load balancer's address claims (IPAddress), and listing pods
-// and VolumeAttachments (the out-of-service taint's removal). A golden test and the e2e suite (which runs the CCM bound only to
+// EndpointSlices and the load balancer's address claims (IPAddress), its speakers'
+// BGPSessionState objects, and listing pods and VolumeAttachments (the
+// out-of-service taint's removal). A golden test and the e2e suite (which runs the CCM bound only to
 // these rules) catch a missing or an excess permission.
 func ClusterRoleRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
@@ -191,6 +193,8 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"endpoints"}, Verbs: []string{"create", "get", "list", "watch", "update"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+		// Its speaker's session states (every replica), read by the leader.
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpsessionstates"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 		// Address claims (pkg/lb: one IPAddress per load-balancer address).
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"get", "list", "create", "delete"}},
 		// The out-of-service taint comes off only once the powered-off Node holds no pod
@@ -336,7 +340,8 @@ const (
 func AgentUserName(node string) string { return AgentUserPrefix + node }
 
 // AgentClusterRoleRules are exactly what an agent uses: it watches Nodes, Services and
-// EndpointSlices to decide what its host announces, and records Events. It writes
+// EndpointSlices to decide what its host announces, records Events, and writes its
+// node's BGPSessionState objects (AgentPolicy keeps it to its own node's). It writes
 // nothing else and reads no Secret, ConfigMap or inventory.
 func AgentClusterRoleRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
@@ -344,6 +349,66 @@ func AgentClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpsessionstates"}, Verbs: []string{"list", "create", "update", "delete"}},
+	}
+}
+
+// AgentPolicy is the name of the ValidatingAdmissionPolicy (and its binding) that
+// keeps each agent to its own node's BGPSessionState objects.
+const AgentPolicy = "baremetal-ccm-agent-own-node"
+
+// AgentPolicyObjects returns the ValidatingAdmissionPolicy AgentPolicy and its
+// binding: a request from an agent (group AgentGroup, or the ServiceAccount
+// AgentServiceAccount) that creates, updates or deletes a BGPSessionState is allowed
+// only when the object's spec.node, before and after, is the agent's node: the name
+// after AgentUserPrefix in its certificate's user, or the node a ServiceAccount token
+// is bound to (authentication.kubernetes.io/node-name, set for tokens bound to a Pod).
+// The CRD's own rules tie the object's name to spec.node.
+func AgentPolicyObjects() []any {
+	meta := metav1.ObjectMeta{Name: AgentPolicy, Labels: map[string]string{"app.kubernetes.io/name": "baremetal-ccm", "app.kubernetes.io/component": "agent"}}
+	sa := "system:serviceaccount:" + Namespace + ":" + AgentServiceAccount
+	fail := admissionregistrationv1.Fail
+	forbidden := metav1.StatusReasonForbidden
+	return []any{
+		&admissionregistrationv1.ValidatingAdmissionPolicy{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+			ObjectMeta: meta,
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy: &fail,
+				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+						Rule: admissionregistrationv1.Rule{APIGroups: []string{"baremetal-ccm.io"}, APIVersions: []string{"*"},
+							Resources: []string{"bgpsessionstates", "bgpsessionstates/status"}},
+					},
+				}}},
+				MatchConditions: []admissionregistrationv1.MatchCondition{{
+					Name:       "agents",
+					Expression: fmt.Sprintf("%q in request.userInfo.groups || request.userInfo.username == %q", AgentGroup, sa),
+				}},
+				Variables: []admissionregistrationv1.Variable{
+					{Name: "requester", Expression: fmt.Sprintf("request.userInfo.username.startsWith(%q) ? request.userInfo.username.substring(%d) : "+
+						"(has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in request.userInfo.extra && "+
+						"size(request.userInfo.extra['authentication.kubernetes.io/node-name']) > 0 ? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : '')",
+						AgentUserPrefix, len(AgentUserPrefix))},
+					{Name: "node", Expression: "request.operation == 'DELETE' ? oldObject.spec.node : object.spec.node"},
+				},
+				Validations: []admissionregistrationv1.Validation{{
+					Expression: "variables.requester != '' && variables.node == variables.requester && (oldObject == null || oldObject.spec.node == variables.requester)",
+					MessageExpression: "variables.requester == '' ? 'this agent identity names no node: use a client certificate for " + AgentUserPrefix + "<node> (baremetal-ccmctl agent kubeconfig) or a ServiceAccount token bound to a Pod on the node' : " +
+						"'the agent of node ' + variables.requester + ' may write only its own node\\'s BGPSessionState objects, not those of node ' + variables.node",
+					Reason: &forbidden,
+				}},
+			},
+		},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
+			ObjectMeta: meta,
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        AgentPolicy,
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			},
+		},
 	}
 }
 
@@ -373,6 +438,7 @@ func AgentRBAC() []any {
 				{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: AgentGroup},
 			},
 		},
+		AgentPolicyObjects()[0], AgentPolicyObjects()[1],
 	}
 }
 

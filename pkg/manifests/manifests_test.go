@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -47,6 +48,10 @@ func TestStaticPodGolden(t *testing.T) {
 	golden(t, "../../packaging/kubernetes/static-pod.yaml", append([]byte(strings.Replace(header, "%s", "static-pod", 1)), data...))
 }
 
+func TestCRDsGolden(t *testing.T) {
+	golden(t, "../../packaging/kubernetes/crds.yaml", append([]byte(strings.Replace(header, "%s", "crds", 1)), CRDs()...))
+}
+
 func TestRBACGolden(t *testing.T) {
 	data, err := YAML(RBAC()...)
 	if err != nil {
@@ -72,7 +77,8 @@ func TestAgentRBACGolden(t *testing.T) {
 }
 
 // TestAgentRBAC: the agents' role grants exactly read access to Nodes, Services and
-// EndpointSlices and writing Events, and is bound to the agents' ServiceAccount and
+// EndpointSlices, writing Events and BGPSessionStates (held to the agent's own node by
+// the ValidatingAdmissionPolicy that comes with it), and is bound to the agents' ServiceAccount and
 // certificate group only; the CCM's objects do not name the agents.
 func TestAgentRBAC(t *testing.T) {
 	type grant struct{ group, resource, verb string }
@@ -81,6 +87,8 @@ func TestAgentRBAC(t *testing.T) {
 		{"", "services", "list"}: true, {"", "services", "watch"}: true,
 		{"discovery.k8s.io", "endpointslices", "list"}: true, {"discovery.k8s.io", "endpointslices", "watch"}: true,
 		{"", "events", "create"}: true, {"", "events", "patch"}: true,
+		{"baremetal-ccm.io", "bgpsessionstates", "list"}: true, {"baremetal-ccm.io", "bgpsessionstates", "create"}: true,
+		{"baremetal-ccm.io", "bgpsessionstates", "update"}: true, {"baremetal-ccm.io", "bgpsessionstates", "delete"}: true,
 	}
 	got := map[grant]bool{}
 	for _, r := range AgentClusterRoleRules() {
@@ -120,11 +128,22 @@ func TestAgentRBAC(t *testing.T) {
 			if o.RoleRef.Name != AgentClusterRole || o.RoleRef.Kind != "ClusterRole" || !reflect.DeepEqual(o.Subjects, wantSubjects) {
 				t.Errorf("ClusterRoleBinding %s: roleRef %+v, subjects %+v", o.Name, o.RoleRef, o.Subjects)
 			}
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			kinds = append(kinds, "ValidatingAdmissionPolicy")
+			if o.Name != AgentPolicy || *o.Spec.FailurePolicy != admissionregistrationv1.Fail || len(o.Spec.Validations) != 1 ||
+				!strings.Contains(o.Spec.MatchConditions[0].Expression, AgentGroup) || !strings.Contains(o.Spec.MatchConditions[0].Expression, "system:serviceaccount:kube-system:baremetal-ccm-agent") {
+				t.Errorf("policy %s: %+v", o.Name, o.Spec)
+			}
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			kinds = append(kinds, "ValidatingAdmissionPolicyBinding")
+			if o.Spec.PolicyName != AgentPolicy || !slices.Equal(o.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) || o.Spec.ParamRef != nil {
+				t.Errorf("policy binding %s: %+v", o.Name, o.Spec)
+			}
 		default:
 			t.Errorf("unexpected object %T", o)
 		}
 	}
-	if !slices.Equal(kinds, []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}) {
+	if !slices.Equal(kinds, []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}) {
 		t.Errorf("agent RBAC holds %v", kinds)
 	}
 	if AgentUserName("w-1") != "system:baremetal-ccm-agent:w-1" {

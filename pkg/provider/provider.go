@@ -54,6 +54,9 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/announcestatus"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
+	bmccminformers "github.com/baremetal-ccm/baremetal-ccm/pkg/generated/informers/externalversions"
+	v1alpha1listers "github.com/baremetal-ccm/baremetal-ccm/pkg/generated/listers/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/instances"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
@@ -61,6 +64,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/metallb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
 )
 
 // Name is the provider's name, as given to --cloud-provider.
@@ -111,6 +115,7 @@ type Cloud struct {
 
 	// made by the first Initialize (the leader's), for the process
 	client        kubernetes.Interface
+	objects       versioned.Interface // baremetal-ccm.io objects
 	eventRecorder record.EventRecorder
 
 	initOnce  sync.Once
@@ -222,6 +227,11 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 	c.initOnce.Do(func() {
 		client := clientBuilder.ClientOrDie("baremetal-cloud-provider")
 		c.client = client
+		objects, err := speakerstatus.NewClient(clientBuilder.ConfigOrDie("baremetal-cloud-provider"))
+		if err != nil {
+			klog.ErrorS(err, "No client for baremetal-ccm.io objects: the Announced condition sees no BGP speaker")
+		}
+		c.objects = objects
 		broadcaster := record.NewBroadcaster()
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 		c.eventRecorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource})
@@ -388,7 +398,16 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	}
 	if c.lb != nil {
 		// Who announces each Service: the condition baremetal-ccm.io/Announced.
-		ac, err := announcestatus.New(announcestatus.Options{Client: c.client, Informers: factory, Config: c.cfg, Pool: c.lb.Allocator().PoolOf})
+		// The speakers' session states: an informer of the term's own (it stops with
+		// the term; without the CRD it retries, and the condition says so).
+		var sessions v1alpha1listers.BGPSessionStateLister
+		if c.objects != nil && c.cfg.BGP != nil && c.cfg.LoadBalancer.Announcer == config.AnnouncerBGP {
+			objects := bmccminformers.NewSharedInformerFactory(c.objects, 0)
+			sessions = objects.BaremetalCCM().V1alpha1().BGPSessionStates().Lister()
+			objects.Start(t.ctx.Done())
+			t.wg.Go(func() { <-t.ctx.Done(); objects.Shutdown() })
+		}
+		ac, err := announcestatus.New(announcestatus.Options{Client: c.client, Informers: factory, Config: c.cfg, Pool: c.lb.Allocator().PoolOf, Sessions: sessions})
 		if err != nil {
 			t.logger.Error(err, "The Announced condition is off")
 		} else {

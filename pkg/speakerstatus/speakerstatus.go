@@ -1,122 +1,194 @@
-// Package speakerstatus is what a CCM replica says about its BGP speaker, on its own
-// Node, so the leader can tell who announces a Service (the Service condition
-// baremetal-ccm.io/Announced) and `baremetal-ccmctl explain` can show it: the
-// annotation Annotation holds JSON with the speaker's sessions, rewritten when a
-// session changes state and at least every Heartbeat (a replica that stopped
-// writing is stale after Stale).
-//
-// Worker agents do not publish: their role cannot write Nodes (least privilege).
+// Package speakerstatus publishes what a BGP speaker says about its sessions, one
+// BGPSessionState object (baremetal-ccm.io/v1alpha1) per node and peer, and reads
+// them back: the leader's Announced condition and `baremetal-ccmctl explain` use
+// them. CCM replicas and worker agents publish alike, each for its own node only
+// (for agents the API server enforces it: ValidatingAdmissionPolicy
+// baremetal-ccm-agent-own-node). An object is rewritten when its session changes and
+// at least every Heartbeat; one not rewritten for Stale is ignored by readers (its
+// speaker stopped). An object whose peer left the configuration is deleted; the
+// objects are owned by their Node, so they go with it.
 package speakerstatus
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
+	"sort"
+	"strings"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 )
 
-// Annotation on a replica's Node.
+// Annotation is where replicas published their speaker before BGPSessionState
+// objects; nothing writes it any more (the agent still ignores its changes).
 const Annotation = "baremetal-ccm.io/bgp-speaker"
 
-// Heartbeat is how often an unchanged status is rewritten; Stale how old a status
-// may be before readers ignore it.
+// CRD is the name of the CustomResourceDefinition of the objects.
+const CRD = "bgpsessionstates.baremetal-ccm.io"
+
+// Heartbeat is how often an unchanged object is rewritten; Stale how old its
+// status.updated may be before readers ignore it.
 const (
 	Heartbeat = time.Minute
 	Stale     = 3 * time.Minute
 )
 
-// Status is one replica's speaker.
+// Status is a speaker's sessions, as its owner reads them.
 type Status struct {
-	// Updated is when the replica wrote it.
-	Updated time.Time `json:"updated"`
-	// Paths is how many paths the speaker wants announced.
-	Paths int    `json:"paths"`
-	Peers []Peer `json:"peers"`
+	Peers []Peer
 }
 
 // Peer is one BGP session.
 type Peer struct {
-	Address string `json:"address"`
-	// State is GoBGP's session state (established, active, ...).
-	State string `json:"state"`
-	// Ready: established and its first UPDATEs acknowledged.
-	Ready bool `json:"ready,omitempty"`
+	Address netip.Addr
+	// State is the BGP state (established, active, ...).
+	State string
+	// Ready: established and its first UPDATEs sent.
+	Ready bool
 	// BFD is the BFD session state (Up, Down, ...) when the peer has BFD.
-	BFD string `json:"bfd,omitempty"`
+	BFD string
 	// LastError is the last failed connection attempt while not established.
-	LastError string `json:"lastError,omitempty"`
-	// BFDProblem says why BFD is configured but not up on an established session
-	// (BFD then protects nothing).
-	BFDProblem string `json:"bfdProblem,omitempty"`
+	LastError string
+	// BFDProblem says why BFD is configured but not up on an established session.
+	BFDProblem string
+	// PrefixesSent counts the paths announced to the peer.
+	PrefixesSent uint64
+	// UpSince is when the session was established (zero unless established).
+	UpSince time.Time
+}
+
+// ObjectName is the name of node's BGPSessionState for peer: <node>.<peer>, an IPv6
+// peer fully expanded with '-' for ':' (names cannot hold ':').
+func ObjectName(node string, peer netip.Addr) string {
+	if peer.Is4() || peer.Is4In6() {
+		return node + "." + peer.Unmap().String()
+	}
+	return node + "." + strings.ReplaceAll(peer.StringExpanded(), ":", "-")
+}
+
+// Speaker is one node's speaker as its objects describe it.
+type Speaker struct {
+	Node string
+	// Kind is v1alpha1.SpeakerReplica or v1alpha1.SpeakerAgent.
+	Kind  string
+	Peers []Peer
 }
 
 // Up reports whether at least one session is established.
-func (s Status) Up() bool {
+func (s Speaker) Up() bool {
 	return slices.ContainsFunc(s.Peers, func(p Peer) bool { return p.State == "established" })
 }
 
-// equal compares everything but Updated.
-func (s Status) equal(o Status) bool {
-	return s.Paths == o.Paths && slices.Equal(s.Peers, o.Peers)
+// Fresh groups the objects updated within Stale of now by node, sorted by node name
+// and peer address. Objects with an unreadable peer are skipped.
+func Fresh(objs []*v1alpha1.BGPSessionState, now time.Time) []Speaker {
+	byNode := map[string]*Speaker{}
+	for _, o := range objs {
+		if !IsFresh(o, now) {
+			continue
+		}
+		p, err := PeerOf(o)
+		if err != nil {
+			continue
+		}
+		s := byNode[o.Spec.Node]
+		if s == nil {
+			s = &Speaker{Node: o.Spec.Node, Kind: o.Spec.Speaker}
+			byNode[o.Spec.Node] = s
+		}
+		s.Peers = append(s.Peers, p)
+	}
+	out := make([]Speaker, 0, len(byNode))
+	for _, s := range byNode {
+		slices.SortFunc(s.Peers, func(a, b Peer) int { return a.Address.Compare(b.Address) })
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
 }
 
-// FromNode returns the status a Node carries, whether it has a fresh one (not
-// older than Stale at now), and an error for a malformed annotation.
-func FromNode(n *v1.Node, now time.Time) (Status, bool, error) {
-	raw, ok := n.Annotations[Annotation]
-	if !ok {
-		return Status{}, false, nil
-	}
-	var s Status
-	if err := json.Unmarshal([]byte(raw), &s); err != nil {
-		return Status{}, false, fmt.Errorf("node %s: annotation %s: %w", n.Name, Annotation, err)
-	}
-	return s, now.Sub(s.Updated) <= Stale, nil
+// IsFresh reports whether o was updated within Stale of now.
+func IsFresh(o *v1alpha1.BGPSessionState, now time.Time) bool {
+	return o.Status.Updated != nil && now.Sub(o.Status.Updated.Time) <= Stale
 }
 
-// Publisher writes this replica's status on its Node.
+// PeerOf reads the session an object describes.
+func PeerOf(o *v1alpha1.BGPSessionState) (Peer, error) {
+	addr, err := netip.ParseAddr(o.Spec.Peer)
+	if err != nil {
+		return Peer{}, fmt.Errorf("BGPSessionState %s: spec.peer: %w", o.Name, err)
+	}
+	s := o.Status
+	p := Peer{Address: addr, State: s.BGPState, Ready: s.Ready, BFD: s.BFDState, LastError: s.LastError, BFDProblem: s.BFDProblem, PrefixesSent: uint64(max(s.PrefixesSent, 0))}
+	if s.BGPState == "established" && s.Since != nil {
+		p.UpSince = s.Since.Time
+	}
+	return p, nil
+}
+
+// Publisher writes one speaker's BGPSessionState objects.
 type Publisher struct {
-	Client kubernetes.Interface
-	Node   string
-	// Read returns the current status (Updated is set by the Publisher).
-	Read func() Status
+	Client versioned.Interface
+	// Node is the name of this host's Node.
+	Node string
+	// Speaker is v1alpha1.SpeakerReplica or v1alpha1.SpeakerAgent.
+	Speaker string
+	// Read returns the current sessions; ok is false while the speaker has not
+	// started (nothing is written then).
+	Read func() (st Status, ok bool)
+	// NodeUID, when set, returns the Node's UID: new objects are owned by the Node,
+	// so the garbage collector deletes them with it.
+	NodeUID func(ctx context.Context) (types.UID, error)
 	// Interval between checks. Default 2s.
 	Interval time.Duration
 	// Clock is time.Now unless a test sets it.
 	Clock func() time.Time
+
+	// known are this node's objects as last read or written, by name; listed is
+	// whether they were listed since the last conflict.
+	known   map[string]*v1alpha1.BGPSessionState
+	listed  bool
+	owner   []metav1.OwnerReference
+	lastErr string
 }
 
-// Run publishes until ctx ends: when the status changed, or Heartbeat after the last
-// write. Errors are logged and retried at the next check.
+// fieldManager names the publisher in the objects' managed fields.
+const fieldManager = "baremetal-ccm-speaker-status"
+
+// Run publishes until ctx ends. Errors are logged (the first of a kind at the
+// default level, with what to do) and retried at the next check.
 func (p *Publisher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("speaker-status")
-	interval, clock := p.Interval, p.Clock
-	if interval <= 0 {
-		interval = 2 * time.Second
+	ctx = klog.NewContext(ctx, logger)
+	if p.Interval <= 0 {
+		p.Interval = 2 * time.Second
 	}
-	if clock == nil {
-		clock = time.Now
+	if p.Clock == nil {
+		p.Clock = time.Now
 	}
-	var last Status
-	var wrote time.Time
-	tick := time.NewTicker(interval)
+	tick := time.NewTicker(p.Interval)
 	defer tick.Stop()
 	for {
-		cur := p.Read()
-		if now := clock(); !cur.equal(last) || now.Sub(wrote) >= Heartbeat {
-			cur.Updated = now.UTC().Truncate(time.Second)
-			if err := p.write(ctx, cur); err != nil {
-				logger.V(2).Info("Publishing the speaker status on the Node failed; retrying", "node", p.Node, "err", err)
+		if err := p.Sync(ctx); err != nil {
+			if msg := err.Error(); msg != p.lastErr {
+				p.lastErr = msg
+				logger.Info("Warning: publishing this node's BGP session states failed; retrying", "node", p.Node, "err", err)
 			} else {
-				last, wrote = cur, now
+				logger.V(2).Info("Publishing this node's BGP session states failed; retrying", "node", p.Node, "err", err)
 			}
+		} else {
+			p.lastErr = ""
 		}
 		select {
 		case <-ctx.Done():
@@ -126,19 +198,137 @@ func (p *Publisher) Run(ctx context.Context) {
 	}
 }
 
-func (p *Publisher) write(ctx context.Context, s Status) error {
-	raw, err := json.Marshal(s)
-	if err != nil {
-		return err
+// Sync makes this node's objects say what Read returns: it writes those that
+// changed or are due for a heartbeat and deletes those of peers no longer there.
+func (p *Publisher) Sync(ctx context.Context) error {
+	st, ok := p.Read()
+	if !ok {
+		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{Annotation: string(raw)}}})
-	if err != nil {
-		return err
+	if p.Clock == nil {
+		p.Clock = time.Now
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err = p.Client.CoreV1().Nodes().Patch(ctx, p.Node, types.MergePatchType, patch, metav1PatchOptions)
+	api := p.Client.BaremetalCCMV1alpha1().BGPSessionStates()
+	if !p.listed {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		list, err := api.List(lctx, metav1.ListOptions{LabelSelector: labels.Set{v1alpha1.LabelNode: p.Node}.String()})
+		cancel()
+		if err != nil {
+			return explainErr(err)
+		}
+		p.known = make(map[string]*v1alpha1.BGPSessionState, len(list.Items))
+		for i := range list.Items {
+			if list.Items[i].Spec.Node == p.Node {
+				p.known[list.Items[i].Name] = &list.Items[i]
+			}
+		}
+		p.listed = true
+		p.owner = nil
+		if p.NodeUID != nil {
+			// Read again after a conflict: a Node deleted and registered again has
+			// another UID (and the old one's objects are gone with it).
+			uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			uid, err := p.NodeUID(uctx)
+			cancel()
+			if err == nil {
+				p.owner = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: p.Node, UID: uid}}
+			}
+		}
+	}
+	now := p.Clock().UTC().Truncate(time.Second)
+	want := map[string]bool{}
+	var errs []error
+	for _, peer := range st.Peers {
+		name := ObjectName(p.Node, peer.Address)
+		want[name] = true
+		old := p.known[name]
+		obj := p.object(name, peer, old, now)
+		if old != nil && sameStatus(old.Status, obj.Status) && now.Sub(old.Status.Updated.Time) < Heartbeat {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var got *v1alpha1.BGPSessionState
+		var err error
+		if old != nil {
+			obj.ResourceVersion = old.ResourceVersion
+			obj.OwnerReferences = old.OwnerReferences
+			got, err = api.Update(wctx, obj, metav1.UpdateOptions{FieldManager: fieldManager})
+		} else {
+			got, err = api.Create(wctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
+		}
+		cancel()
+		if err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || (old != nil && apierrors.IsNotFound(err)) {
+				p.listed = false // re-read this node's objects at the next check
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", name, explainErr(err)))
+			continue
+		}
+		p.known[name] = got
+	}
+	for name := range p.known {
+		if want[name] {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := api.Delete(dctx, name, metav1.DeleteOptions{})
+		cancel()
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting %s (its peer left the configuration): %w", name, explainErr(err)))
+			continue
+		}
+		delete(p.known, name)
+	}
+	return errors.Join(errs...)
+}
+
+// object is the object for peer; since carries over from old while the state holds.
+func (p *Publisher) object(name string, peer Peer, old *v1alpha1.BGPSessionState, now time.Time) *v1alpha1.BGPSessionState {
+	since := metav1.NewTime(now)
+	switch {
+	case peer.State == "established" && !peer.UpSince.IsZero():
+		since = metav1.NewTime(peer.UpSince.UTC().Truncate(time.Second))
+	case old != nil && old.Status.BGPState == peer.State && old.Status.Since != nil:
+		since = *old.Status.Since
+	}
+	prefixes := int32(min(peer.PrefixesSent, 1<<31-1))
+	return &v1alpha1.BGPSessionState{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: p.Node}, OwnerReferences: p.owner},
+		Spec:       v1alpha1.BGPSessionStateSpec{Node: p.Node, Peer: peer.Address.Unmap().String(), Speaker: p.Speaker},
+		Status: v1alpha1.BGPSessionStateStatus{
+			BGPState: peer.State, Ready: peer.Ready, BFDState: peer.BFD, BFDProblem: peer.BFDProblem,
+			PrefixesSent: prefixes, LastError: peer.LastError, Since: &since, Updated: &metav1.Time{Time: now},
+		},
+	}
+}
+
+// sameStatus compares everything but Updated.
+func sameStatus(a, b v1alpha1.BGPSessionStateStatus) bool {
+	a.Updated, b.Updated = nil, nil
+	if (a.Since == nil) != (b.Since == nil) || a.Since != nil && !a.Since.Equal(b.Since) {
+		return false
+	}
+	a.Since, b.Since = nil, nil
+	return a == b
+}
+
+// explainErr adds what to do to the errors an operator can fix.
+func explainErr(err error) error {
+	switch {
+	case apierrors.IsNotFound(err) && strings.Contains(err.Error(), "the server could not find the requested resource"):
+		return fmt.Errorf("%w: the CustomResourceDefinition %s is not installed (baremetal-ccmctl manifests crds | kubectl apply -f -, or packaging/kubernetes/crds.yaml; the Helm chart installs it)", err, CRD)
+	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "ValidatingAdmissionPolicy"):
+		return fmt.Errorf("%w: this identity may not write bgpsessionstates.baremetal-ccm.io (apply the packaged RBAC: baremetal-ccmctl manifests rbac / agent-rbac)", err)
+	}
 	return err
 }
 
-var metav1PatchOptions = metav1.PatchOptions{FieldManager: "baremetal-ccm-speaker-status"}
+// NewClient returns a client of the baremetal-ccm.io objects from cfg, speaking JSON
+// whatever cfg asks (custom resources have no protobuf encoding; the CCM's client
+// configuration prefers protobuf).
+func NewClient(cfg *rest.Config) (versioned.Interface, error) {
+	c := rest.CopyConfig(cfg)
+	c.ContentType = "application/json"
+	c.AcceptContentTypes = "application/json"
+	return versioned.NewForConfig(c)
+}

@@ -27,7 +27,8 @@ import (
 // TestAgentRBAC: a per-node agent kubeconfig from `baremetal-ccmctl agent kubeconfig`
 // authenticates as system:baremetal-ccm-agent:<node> in group
 // system:baremetal-ccm-agents; with the packaged agent RBAC it can do what an agent
-// does (list and watch Nodes, Services and EndpointSlices, record Events) and nothing
+// does (list and watch Nodes, Services and EndpointSlices, record Events, write
+// BGPSessionStates: TestBGPSessionStateOwnNode keeps them to its node) and nothing
 // else, and so can the agents' ServiceAccount (SubjectAccessReviews, and the real
 // client's Forbidden answers).
 func TestAgentRBAC(t *testing.T) {
@@ -219,8 +220,13 @@ func agentAccessReviews(ctx context.Context, t *testing.T, cp *framework.Control
 		{"discovery.k8s.io", "endpointslices", "", "list", "", ""}, {"discovery.k8s.io", "endpointslices", "", "watch", "", ""},
 		{"discovery.k8s.io", "endpointslices", "", "list", "default", ""}, {"discovery.k8s.io", "endpointslices", "", "watch", "default", ""},
 		core("events", "create", "default"), core("events", "patch", "default"), core("events", "create", "kube-system"),
+		// Its node's BGPSessionStates (the ValidatingAdmissionPolicy keeps it to its own).
+		{"baremetal-ccm.io", "bgpsessionstates", "", "list", "", ""}, {"baremetal-ccm.io", "bgpsessionstates", "", "create", "", ""},
+		{"baremetal-ccm.io", "bgpsessionstates", "", "update", "", node + ".10.0.0.1"}, {"baremetal-ccm.io", "bgpsessionstates", "", "delete", "", node + ".10.0.0.1"},
 	}
 	denied := []check{
+		{"baremetal-ccm.io", "bgpsessionstates", "", "watch", "", ""}, {"baremetal-ccm.io", "bgpsessionstates", "", "patch", "", ""},
+		{"baremetal-ccm.io", "bgpsessionstates", "", "deletecollection", "", ""},
 		// Secrets: none, anywhere, least of all the BMC credentials.
 		core("secrets", "get", manifests.CredentialsNamespace), core("secrets", "list", manifests.CredentialsNamespace),
 		core("secrets", "watch", manifests.CredentialsNamespace), {"", "secrets", "", "get", manifests.CredentialsNamespace, "e2e-bmc-sec-1"},

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -16,12 +17,18 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bird"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
 )
@@ -40,6 +47,9 @@ const agentUUID = "4c4c4544-0000-4000-8000-0000000000a0"
 // (router and file) is applied without a restart. A draining worker's path is
 // marked GRACEFUL_SHUTDOWN, then withdrawn, and restored on uncordon. A kubelet that
 // claims worker 0's providerID with another systemUUID gets none of its BGP settings.
+// Each agent publishes its session (kubectl get bgpsessionstates), the Announced
+// condition names the agents that announce a Service, and worker 1's credentials
+// cannot write worker 0's session.
 func TestAgentLeastPrivilege(t *testing.T) {
 	l := newLabNoCCM(t)
 	ctx := l.ctx
@@ -153,6 +163,14 @@ hosts:
 	if data, _ := os.ReadFile(agentCfg); strings.Contains(string(data), "inventory") || strings.Contains(string(data), "bmc") {
 		t.Fatalf("the worker's CloudConfig mentions the inventory or BMCs:\n%s", data)
 	}
+	// The agents' session states go after the agents stop (registered first, so it
+	// runs last); in a cluster the garbage collector deletes them with their Nodes.
+	t.Cleanup(func() {
+		c := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().BGPSessionStates()
+		for _, name := range names {
+			_ = c.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: v1alpha1.LabelNode + "=" + name})
+		}
+	})
 	pwFiles := make([]string, 2)
 	for i, name := range names {
 		pwFiles[i] = filepath.Join(l.dir, fmt.Sprintf("bgp-password-%d", i))
@@ -279,11 +297,74 @@ hosts:
 	waitFrom(netip.PrefixFrom(clusterIP, 32), 0, 1)
 	waitFrom(netip.PrefixFrom(localIP, 32), 0)
 
+	// Each agent publishes its session as a BGPSessionState of its own node; kubectl
+	// lists them; the leader's Announced condition names the agents that announce.
+	sessions := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().BGPSessionStates()
+	for i, name := range names {
+		obj := speakerstatus.ObjectName(name, r.RouterV4)
+		var last *v1alpha1.BGPSessionState
+		err := framework.WaitFor(ctx, 30*time.Second, "worker's BGPSessionState "+obj, func(ctx context.Context) (bool, error) {
+			o, err := sessions.Get(ctx, obj, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			last = o
+			return err == nil && o.Spec.Node == name && o.Spec.Speaker == v1alpha1.SpeakerAgent && o.Spec.Peer == r.RouterV4.String() &&
+				o.Status.BGPState == "established" && o.Status.PrefixesSent == int32(3-i) && o.Status.Since != nil &&
+				len(o.OwnerReferences) == 1 && o.OwnerReferences[0].Kind == "Node" && o.OwnerReferences[0].Name == name, err
+		})
+		if err != nil {
+			t.Fatalf("%v; last: %+v", err, last)
+		}
+	}
+	out, err := framework.Kubectl(ctx, l.cp, "get", "bgpsessionstates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range names {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(speakerstatus.ObjectName(name, r.RouterV4)) + `\s+` + regexp.QuoteMeta(name) + `\s+Agent\s+` +
+			regexp.QuoteMeta(r.RouterV4.String()) + `\s+established\s+` + fmt.Sprint(3-i) + `\s`).MatchString(out) {
+			t.Errorf("kubectl get bgpsessionstates does not list %s's established session with %d prefixes:\n%s", name, 3-i, out)
+		}
+	}
+	var announced *metav1.Condition
+	err = framework.WaitFor(ctx, 30*time.Second, "the Announced condition to name the announcing agent", func(ctx context.Context) (bool, error) {
+		s, err := l.cp.Client.CoreV1().Services(ns).Get(ctx, "local", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		announced = meta.FindStatusCondition(s.Status.Conditions, "baremetal-ccm.io/Announced")
+		return announced != nil && announced.Status == metav1.ConditionTrue &&
+			strings.Contains(announced.Message, "by 1 of 2 worker agents: "+names[0]+" (sessions up: "+r.RouterV4.String()+")") &&
+			strings.Contains(announced.Message, "not by agents "+names[1]+" (no ready local endpoint)"), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last: %+v", err, announced)
+	}
+	// Worker 1's credentials cannot write worker 0's session: the API server refuses.
+	agent1Cfg, err := clientcmd.BuildConfigFromFlags("", framework.AgentKubeconfig(t, l.cp, nil, names[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w0, err := sessions.Get(ctx, speakerstatus.ObjectName(names[0], r.RouterV4), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := w0.DeepCopy()
+	forged.Status.BGPState = "idle"
+	forged.Status.LastError = "forged by worker 1"
+	_, err = versioned.NewForConfigOrDie(jsonConfig(agent1Cfg)).BaremetalCCMV1alpha1().BGPSessionStates().Update(ctx, forged, metav1.UpdateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only its own node") {
+		t.Errorf("worker 1's agent updating worker 0's BGPSessionState: %v; want Forbidden by the policy", err)
+	}
+	if o, err := sessions.Get(ctx, w0.Name, metav1.GetOptions{}); err != nil || o.Status.BGPState != "established" {
+		t.Errorf("worker 0's session after the forgery: %+v, %v", o, err)
+	}
+
 	// Rotation: the router and worker 0's file change to a new password; the agent
 	// re-reads the file and re-creates the session, without a restart.
 	rotated := "w0-rotated-" + rand.String(8)
 	var all []bird.Route
-	var err error
 	if err := r.SetPassword(ctx, 0, rotated); err != nil {
 		t.Fatal(err)
 	}

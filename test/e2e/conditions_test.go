@@ -18,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/explain"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
@@ -71,6 +73,17 @@ func TestServiceConditions(t *testing.T) {
 	if !strings.Contains(announced.Message, "1 of 1 CCM replicas: "+node+" (sessions up: "+l.router.RouterV4.String()) {
 		t.Errorf("Announced message %q does not name the replica and its session", announced.Message)
 	}
+	// The replica's sessions, where kubectl lists them (its BGPSessionState objects).
+	sessions, err := framework.Kubectl(l.ctx, l.cp, "get", "bgpsessionstates", "-l", v1alpha1.LabelNode+"="+node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, peer := range []string{l.router.RouterV4.String(), l.router.RouterV6.String()} {
+		row := `(?m)^\S+\s+` + regexp.QuoteMeta(node) + `\s+Replica\s+` + regexp.QuoteMeta(peer) + `\s+established\s`
+		if !regexp.MustCompile(row).MatchString(sessions) {
+			t.Errorf("kubectl get bgpsessionstates does not list %s's established session with %s:\n%s", node, peer, sessions)
+		}
+	}
 
 	mistakes := []struct {
 		name   string
@@ -116,9 +129,9 @@ func TestServiceConditions(t *testing.T) {
 	}
 
 	// The pools' use, where kubectl (and baremetal-ccmctl lb pools) sees it.
-	e := &explain.Explainer{Client: l.cp.Client}
+	e := &explain.Explainer{Client: l.cp.Client, Sessions: versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig))}
 	var pools string
-	err := framework.WaitFor(l.ctx, 30*time.Second, "the pools ConfigMap to count tiny's two Services", func(ctx context.Context) (bool, error) {
+	err = framework.WaitFor(l.ctx, 30*time.Second, "the pools ConfigMap to count tiny's two Services", func(ctx context.Context) (bool, error) {
 		var err error
 		pools, err = e.Pools(ctx)
 		return err == nil && regexp.MustCompile(`(?m)^tiny +IPv4 +2 +2 +0 +100% +2 `).MatchString(pools), nil
@@ -127,6 +140,20 @@ func TestServiceConditions(t *testing.T) {
 		t.Fatalf("%v\n%s", err, pools)
 	}
 
+	// Both sessions up in the condition before its golden (each session is an object of
+	// its own: the IPv6 one may come up a pass later).
+	both := "(sessions up: " + l.router.RouterV4.String() + ", " + l.router.RouterV6.String() + ")"
+	err = framework.WaitFor(l.ctx, 30*time.Second, "the Announced condition to name both sessions up", func(ctx context.Context) (bool, error) {
+		s, err := l.cp.Client.CoreV1().Services(l.ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(s.Status.Conditions, lb.ConditionAnnounced)
+		return c != nil && strings.Contains(c.Message, both), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, g := range []struct{ golden, kind, name string }{
 		{"explain-svc-pending.golden", "svc", "tiny-2"},
 		{"explain-svc-announced.golden", "svc", "web"},
@@ -155,7 +182,7 @@ func (l *lbLab) normalize(s string, ip fmt.Stringer) string {
 	s = strings.ReplaceAll(s, l.router.SpeakerV4(0).String(), "SPEAKER4")
 	s = regexp.MustCompile(`\b\d+[smhd] ago\b|just now`).ReplaceAllString(s, "AGO")
 	s = regexp.MustCompile(`\bx\d+\b`).ReplaceAllString(s, "xN")
-	s = regexp.MustCompile(`: \d+ paths\b`).ReplaceAllString(s, ": N paths")
+	s = regexp.MustCompile(`\b\d+ prefixes sent\b`).ReplaceAllString(s, "N prefixes sent")
 	return s
 }
 

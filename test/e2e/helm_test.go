@@ -265,6 +265,10 @@ func (o objectRef) gone(ctx context.Context, cp *framework.ControlPlane) (bool, 
 		_, err = c.RbacV1().Roles(o.namespace).Get(ctx, o.name, get)
 	case "RoleBinding":
 		_, err = c.RbacV1().RoleBindings(o.namespace).Get(ctx, o.name, get)
+	case "ValidatingAdmissionPolicy":
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, o.name, get)
+	case "ValidatingAdmissionPolicyBinding":
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, o.name, get)
 	default:
 		return false, fmt.Errorf("unexpected kind %s in the release", o.kind)
 	}

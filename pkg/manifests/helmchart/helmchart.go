@@ -43,7 +43,7 @@ const (
 )
 
 // Files returns the generated files of the chart by their path in the chart's
-// directory: values.yaml and the templates. It fails when a sentinel survives or a
+// directory: values.yaml, the templates and the CRDs. It fails when a sentinel survives or a
 // rendering cannot be expressed as the base rendering plus conditional lines.
 func Files() (map[string][]byte, error) {
 	files := map[string][]byte{}
@@ -52,6 +52,9 @@ func Files() (map[string][]byte, error) {
 		return nil, err
 	}
 	files["templates/_helpers.tpl"] = []byte(helpers)
+	// Helm installs crds/ before the templates (and never upgrades or deletes them:
+	// docs/install.md says how to apply a new version's).
+	files["crds/baremetal-ccm.io.yaml"] = manifests.CRDs()
 	for name, gen := range map[string]func() ([]byte, error){
 		"templates/rbac.yaml":            rbacTemplate,
 		"templates/rbac-agent.yaml":      agentRBACTemplate,

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -85,6 +86,14 @@ func StartControlPlane(ctx context.Context, dir string) (*ControlPlane, error) {
 	cp.RESTConfig = cfg
 	if cp.Client, err = kubernetes.NewForConfig(cfg); err != nil {
 		return fail(fmt.Errorf("control plane client: %w", err))
+	}
+	// The project's CRDs, as an operator applies them before the CCM.
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	if err := InstallCRDs(ctx, dyn, nil, filepath.Join(root, "packaging", "kubernetes", "crds.yaml")); err != nil {
+		return fail(err)
 	}
 	return cp, nil
 }

@@ -60,13 +60,9 @@ func NewKubeLabWith(t *testing.T, o KubeLabOptions) *KubeLab {
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		t.Skip("needs root on Linux: runs kubelets and containerd in network and mount namespaces of their own, with cgroups")
 	}
-	cache := os.Getenv("BAREMETAL_CCM_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cache = filepath.Join(home, ".cache", "baremetal-ccm")
+	cache, err := cacheDir()
+	if err != nil {
+		t.Fatal(err)
 	}
 	l := &KubeLab{
 		KubeBin:       envOr("KUBE_BIN", filepath.Join(cache, "kube", "v"+envOr("KUBE_VERSION", defaultKubeVersion))),
@@ -94,7 +90,6 @@ func NewKubeLabWith(t *testing.T, o KubeLabOptions) *KubeLab {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var err error
 	if l.Pause, err = pauseImage(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -67,6 +68,10 @@ func ApplyPackagingFile(ctx context.Context, cp *ControlPlane, name string) erro
 			_, err = c.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.Role:
 			_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
 		default:
 			return fmt.Errorf("packaged %s: unexpected object %T", name, o)
 		}

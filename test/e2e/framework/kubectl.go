@@ -1,0 +1,41 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// Kubectl runs the kubectl that hack/build-kube.sh built next to kube-apiserver
+// ($KUBE_BIN, else the cache) with the control plane's admin kubeconfig, and returns
+// its standard output.
+func Kubectl(ctx context.Context, cp *ControlPlane, args ...string) (string, error) {
+	cache, err := cacheDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(envOr("KUBE_BIN", filepath.Join(cache, "kube", "v"+envOr("KUBE_VERSION", defaultKubeVersion))), "kubectl")
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kubectl %v: %w: %s", args, err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// cacheDir is where hack/deps.sh builds what the tests run: $BAREMETAL_CCM_CACHE, else
+// ~/.cache/baremetal-ccm.
+func cacheDir() (string, error) {
+	if c := os.Getenv("BAREMETAL_CCM_CACHE"); c != "" {
+		return c, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, ".cache", "baremetal-ccm"), nil
+}
