@@ -175,7 +175,17 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 			}
 			return n.UID, nil
 		}}
-		go pub.Run(klog.NewContext(ctx, logger))
+		published := make(chan struct{})
+		go func() {
+			defer close(published)
+			pub.Run(klog.NewContext(ctx, logger))
+		}()
+		// Stopped once the agent has withdrawn its routes and the publisher has
+		// marked this host's sessions stopped.
+		agentDone := done
+		all := make(chan struct{})
+		go func() { <-agentDone; <-published; close(all) }()
+		return a, all, nil
 	}
 	return a, done, nil
 }

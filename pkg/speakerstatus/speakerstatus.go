@@ -37,12 +37,42 @@ const Annotation = "baremetal-ccm.io/bgp-speaker"
 // CRD is the name of the CustomResourceDefinition of the objects.
 const CRD = "bgpsessionstates.baremetal-ccm.io"
 
-// Heartbeat is how often an unchanged object is rewritten; Stale how old its
-// status.updated may be before readers ignore it.
+// Write policy. A change of a session's BGP state, readiness or BFD is written within
+// the publisher's Interval; its counters and last error (which move with every
+// Service and every connection attempt) at most every Refresh; an unchanged object
+// every Heartbeat of its kind. Readers ignore an object older than its kind's Stale.
+// At 5,000 agents with two peers each, that is about 17 writes a second when
+// nothing changes and at most 167 while Services churn, and a few replicas that
+// readers trust for no longer than 3 minutes.
 const (
-	Heartbeat = time.Minute
-	Stale     = 3 * time.Minute
+	Refresh = time.Minute
+	// ReplicaHeartbeat and ReplicaStale are a CCM replica's: few, and the Announced
+	// condition counts on them.
+	ReplicaHeartbeat = time.Minute
+	ReplicaStale     = 3 * time.Minute
+	// AgentHeartbeat and AgentStale are a worker agent's: many, and what they
+	// announce also hangs on their Node being Ready (the kubelet's own heartbeat).
+	AgentHeartbeat = 10 * time.Minute
+	AgentStale     = 30 * time.Minute
 )
+
+// StoppedState is the BGP state a speaker writes for its sessions when it stops.
+const StoppedState = "stopped"
+
+// heartbeat and stale return the intervals of a speaker kind.
+func heartbeat(kind string) time.Duration {
+	if kind == v1alpha1.SpeakerAgent {
+		return AgentHeartbeat
+	}
+	return ReplicaHeartbeat
+}
+
+func stale(kind string) time.Duration {
+	if kind == v1alpha1.SpeakerAgent {
+		return AgentStale
+	}
+	return ReplicaStale
+}
 
 // Status is a speaker's sessions, as its owner reads them.
 type Status struct {
@@ -90,7 +120,7 @@ func (s Speaker) Up() bool {
 	return slices.ContainsFunc(s.Peers, func(p Peer) bool { return p.State == "established" })
 }
 
-// Fresh groups the objects updated within Stale of now by node, sorted by node name
+// Fresh groups the fresh objects (IsFresh) by node, sorted by node name
 // and peer address. Objects with an unreadable peer are skipped.
 func Fresh(objs []*v1alpha1.BGPSessionState, now time.Time) []Speaker {
 	byNode := map[string]*Speaker{}
@@ -118,9 +148,10 @@ func Fresh(objs []*v1alpha1.BGPSessionState, now time.Time) []Speaker {
 	return out
 }
 
-// IsFresh reports whether o was updated within Stale of now.
+// IsFresh reports whether o was updated within its speaker kind's stale interval of
+// now.
 func IsFresh(o *v1alpha1.BGPSessionState, now time.Time) bool {
-	return o.Status.Updated != nil && now.Sub(o.Status.Updated.Time) <= Stale
+	return o.Status.Updated != nil && now.Sub(o.Status.Updated.Time) <= stale(o.Spec.Speaker)
 }
 
 // PeerOf reads the session an object describes.
@@ -166,8 +197,9 @@ type Publisher struct {
 // fieldManager names the publisher in the objects' managed fields.
 const fieldManager = "baremetal-ccm-speaker-status"
 
-// Run publishes until ctx ends. Errors are logged (the first of a kind at the
-// default level, with what to do) and retried at the next check.
+// Run publishes until ctx ends, then marks this node's sessions stopped. Errors are
+// logged (the first of a kind at the default level, with what to do) and retried at
+// the next check.
 func (p *Publisher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("speaker-status")
 	ctx = klog.NewContext(ctx, logger)
@@ -192,8 +224,34 @@ func (p *Publisher) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			p.stop(klog.NewContext(context.Background(), logger))
 			return
 		case <-tick.C:
+		}
+	}
+}
+
+// stopTimeout bounds the final write when the speaker stops.
+const stopTimeout = 2 * time.Second
+
+// stop writes this node's sessions as stopped (best effort, within stopTimeout), so
+// readers stop counting them at once rather than when they turn stale.
+func (p *Publisher) stop(ctx context.Context) {
+	if !p.listed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	now := p.Clock().UTC().Truncate(time.Second)
+	api := p.Client.BaremetalCCMV1alpha1().BGPSessionStates()
+	for _, old := range p.known {
+		if old.Status.BGPState == StoppedState {
+			continue
+		}
+		o := old.DeepCopy()
+		o.Status = v1alpha1.BGPSessionStateStatus{BGPState: StoppedState, Since: &metav1.Time{Time: now}, Updated: &metav1.Time{Time: now}}
+		if _, err := api.Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			klog.FromContext(ctx).V(2).Info("Marking a BGP session stopped failed", "name", o.Name, "err", err)
 		}
 	}
 }
@@ -243,7 +301,7 @@ func (p *Publisher) Sync(ctx context.Context) error {
 		want[name] = true
 		old := p.known[name]
 		obj := p.object(name, peer, old, now)
-		if old != nil && sameStatus(old.Status, obj.Status) && now.Sub(old.Status.Updated.Time) < Heartbeat {
+		if old != nil && !p.due(old.Status, obj.Status, now) {
 			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -302,14 +360,21 @@ func (p *Publisher) object(name string, peer Peer, old *v1alpha1.BGPSessionState
 	}
 }
 
-// sameStatus compares everything but Updated.
-func sameStatus(a, b v1alpha1.BGPSessionStateStatus) bool {
-	a.Updated, b.Updated = nil, nil
-	if (a.Since == nil) != (b.Since == nil) || a.Since != nil && !a.Since.Equal(b.Since) {
-		return false
+// due reports whether the object whose status is old must be rewritten with cur (see
+// the write policy at Refresh).
+func (p *Publisher) due(old, cur v1alpha1.BGPSessionStateStatus, now time.Time) bool {
+	if old.Updated == nil {
+		return true
 	}
-	a.Since, b.Since = nil, nil
-	return a == b
+	if old.BGPState != cur.BGPState || old.Ready != cur.Ready || old.BFDState != cur.BFDState || old.BFDProblem != cur.BFDProblem ||
+		(old.Since == nil) != (cur.Since == nil) || old.Since != nil && !old.Since.Equal(cur.Since) {
+		return true
+	}
+	age := now.Sub(old.Updated.Time)
+	if (old.PrefixesSent != cur.PrefixesSent || old.LastError != cur.LastError) && age >= Refresh {
+		return true
+	}
+	return age >= heartbeat(p.Speaker)
 }
 
 // explainErr adds what to do to the errors an operator can fix.

@@ -102,14 +102,29 @@ func TestPublisherSync(t *testing.T) {
 	if err := p.Sync(ctx); err != nil || countWrites(client) != 0 {
 		t.Errorf("unchanged: err %v, %d writes", err, countWrites(client))
 	}
-	now = now.Add(Heartbeat)
+	// Counters and errors move often: written at most every Refresh.
+	st.Peers[0].PrefixesSent = 4
+	st.Peers[1].LastError = "dial tcp: i/o timeout"
+	if err := p.Sync(ctx); err != nil || countWrites(client) != 0 {
+		t.Errorf("counters within Refresh: err %v, %d writes", err, countWrites(client))
+	}
+	now = now.Add(Refresh)
+	if err := p.Sync(ctx); err != nil || countWrites(client) != 2 {
+		t.Errorf("counters after Refresh: err %v, %d writes, want 2", err, countWrites(client))
+	}
+	client.ClearActions()
+	now = now.Add(AgentHeartbeat - time.Second)
+	if err := p.Sync(ctx); err != nil || countWrites(client) != 0 {
+		t.Errorf("unchanged within an agent's heartbeat: err %v, %d writes", err, countWrites(client))
+	}
+	now = now.Add(time.Second)
 	if err := p.Sync(ctx); err != nil || countWrites(client) != 2 {
 		t.Errorf("heartbeat: err %v, %d writes, want 2", err, countWrites(client))
 	}
 	// The session down stays down: its since holds. Then it comes up.
 	down, _ = api.Get(ctx, down.Name, metav1.GetOptions{})
-	if !down.Status.Since.Time.Equal(now.Add(-Heartbeat - 30*time.Second)) {
-		t.Errorf("since moved while the state held: %v", down.Status.Since)
+	if !down.Status.Since.Time.Equal(now.Add(-AgentHeartbeat-Refresh-30*time.Second)) || down.Status.LastError != "dial tcp: i/o timeout" {
+		t.Errorf("since moved while the state held, or the error was not refreshed: %+v", down.Status)
 	}
 	client.ClearActions()
 	now = now.Add(2 * time.Second)
@@ -129,6 +144,14 @@ func TestPublisherSync(t *testing.T) {
 	}
 	if strings.Join(names, " ") != "w1.10.0.0.1 w2.10.0.0.1" {
 		t.Errorf("objects %v, want w1.10.0.0.1 w2.10.0.0.1", names)
+	}
+	// The speaker stops: its sessions say so at once, another node's are untouched.
+	p.stop(ctx)
+	if o, _ := api.Get(ctx, "w1.10.0.0.1", metav1.GetOptions{}); o.Status.BGPState != StoppedState || o.Status.Ready || o.Status.PrefixesSent != 0 {
+		t.Errorf("after stop: %+v", o.Status)
+	}
+	if o, _ := api.Get(ctx, "w2.10.0.0.1", metav1.GetOptions{}); o.Status.BGPState == StoppedState {
+		t.Error("stop marked another node's session")
 	}
 }
 
@@ -169,12 +192,18 @@ func TestFresh(t *testing.T) {
 		obj("w2", "10.0.0.2", "established", now),
 		obj("w1", "10.0.0.2", "active", now.Add(-time.Minute)),
 		obj("w1", "10.0.0.1", "established", now.Add(-time.Minute)),
-		obj("w3", "10.0.0.1", "established", now.Add(-Stale-time.Second)),
+		obj("w3", "10.0.0.1", "established", now.Add(-AgentStale-time.Second)),
 		obj("w4", "not-an-ip", "established", now),
 		{Spec: v1alpha1.BGPSessionStateSpec{Node: "w5", Peer: "10.0.0.1"}},
 	}, now)
 	if len(got) != 2 || got[0].Node != "w1" || got[1].Node != "w2" || len(got[0].Peers) != 2 || got[0].Peers[0].Address.String() != "10.0.0.1" || !got[0].Up() {
 		t.Errorf("Fresh = %+v", got)
+	}
+	// A replica is trusted for less long than an agent.
+	replica := obj("cp1", "10.0.0.1", "established", now.Add(-ReplicaStale-time.Second))
+	replica.Spec.Speaker = v1alpha1.SpeakerReplica
+	if IsFresh(replica, now) || !IsFresh(obj("w1", "10.0.0.1", "established", now.Add(-ReplicaStale-time.Second)), now) {
+		t.Error("staleness does not follow the speaker's kind")
 	}
 	if (Speaker{Peers: []Peer{{State: "active"}}}).Up() {
 		t.Error("a speaker without an established session is up")

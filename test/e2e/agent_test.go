@@ -172,11 +172,12 @@ hosts:
 		}
 	})
 	pwFiles := make([]string, 2)
+	var agents []*framework.Agent
 	for i, name := range names {
 		pwFiles[i] = filepath.Join(l.dir, fmt.Sprintf("bgp-password-%d", i))
 		writeFile(t, pwFiles[i], passwords[i]+"\n")
 		kc := framework.AgentKubeconfig(t, l.cp, workers[i], name)
-		framework.StartAgentIn(t, workers[i], agentCfg, name, "--kubeconfig="+kc, "--bgp-password-file="+pwFiles[i])
+		agents = append(agents, framework.StartAgentIn(t, workers[i], agentCfg, name, "--kubeconfig="+kc, "--bgp-password-file="+pwFiles[i]))
 	}
 	waitSession := func(i int, what string) {
 		t.Helper()
@@ -300,7 +301,7 @@ hosts:
 	// Each agent publishes its session as a BGPSessionState of its own node; kubectl
 	// lists them; the leader's Announced condition names the agents that announce.
 	sessions := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().BGPSessionStates()
-	for i, name := range names {
+	for _, name := range names {
 		obj := speakerstatus.ObjectName(name, r.RouterV4)
 		var last *v1alpha1.BGPSessionState
 		err := framework.WaitFor(ctx, 30*time.Second, "worker's BGPSessionState "+obj, func(ctx context.Context) (bool, error) {
@@ -310,7 +311,7 @@ hosts:
 			}
 			last = o
 			return err == nil && o.Spec.Node == name && o.Spec.Speaker == v1alpha1.SpeakerAgent && o.Spec.Peer == r.RouterV4.String() &&
-				o.Status.BGPState == "established" && o.Status.PrefixesSent == int32(3-i) && o.Status.Since != nil &&
+				o.Status.BGPState == "established" && o.Status.Ready && o.Status.PrefixesSent >= 1 && o.Status.Since != nil &&
 				len(o.OwnerReferences) == 1 && o.OwnerReferences[0].Kind == "Node" && o.OwnerReferences[0].Name == name, err
 		})
 		if err != nil {
@@ -321,10 +322,10 @@ hosts:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, name := range names {
+	for _, name := range names {
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(speakerstatus.ObjectName(name, r.RouterV4)) + `\s+` + regexp.QuoteMeta(name) + `\s+Agent\s+` +
-			regexp.QuoteMeta(r.RouterV4.String()) + `\s+established\s+` + fmt.Sprint(3-i) + `\s`).MatchString(out) {
-			t.Errorf("kubectl get bgpsessionstates does not list %s's established session with %d prefixes:\n%s", name, 3-i, out)
+			regexp.QuoteMeta(r.RouterV4.String()) + `\s+established\s+[1-9]\d*\s`).MatchString(out) {
+			t.Errorf("kubectl get bgpsessionstates does not list %s's established session with its prefixes:\n%s", name, out)
 		}
 	}
 	var announced *metav1.Condition
@@ -433,5 +434,13 @@ hosts:
 	if len(all) != 5 {
 		b, _ := json.MarshalIndent(all, "", " ")
 		t.Errorf("BIRD holds %d paths, want 5 (2 pod CIDRs, the Cluster IP via 2 hosts, the Local IP via 1):\n%s", len(all), b)
+	}
+
+	// A stopped agent says so at once, not only once its objects turn stale.
+	if err := agents[1].Stop(); err != nil {
+		t.Errorf("worker 1's agent: %v", err)
+	}
+	if o, err := sessions.Get(ctx, speakerstatus.ObjectName(names[1], r.RouterV4), metav1.GetOptions{}); err != nil || o.Status.BGPState != speakerstatus.StoppedState {
+		t.Errorf("worker 1's session after its agent stopped: %+v, %v; want %s", o, err, speakerstatus.StoppedState)
 	}
 }
