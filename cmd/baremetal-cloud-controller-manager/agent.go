@@ -26,7 +26,9 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
+	bmccminformers "github.com/baremetal-ccm/baremetal-ccm/pkg/generated/informers/externalversions"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/pools"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
@@ -98,6 +100,31 @@ func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.
 	}
 	d.speaker = v1alpha1.SpeakerReplica
 	return runAgent(ctx, client, c.SharedInformers, d, f.nodeName)
+}
+
+// startPools keeps this replica's pools equal to the CloudConfig's plus the IPPools
+// the leader accepted, for the process's life (every replica, leader or not): the
+// allocator (the leader allocates from it) and the agent (its pools' communities).
+func startPools(ctx context.Context, c *config.CompletedConfig, cloud *provider.Cloud, a *agent.Agent) {
+	b := cloud.Balancer()
+	if b == nil {
+		return
+	}
+	objects, err := speakerstatus.NewClient(c.ClientBuilder.ConfigOrDie("baremetal-ccm-pools"))
+	if err != nil {
+		klog.ErrorS(err, "IPPools are not watched: only the CloudConfig's pools are in force")
+		return
+	}
+	w := &pools.Watcher{File: cloud.Config().LoadBalancer.Pools, Apply: func(_ context.Context, ps []bmconfig.AddressPool) error {
+		if err := b.SetPools(ps); err != nil {
+			return err
+		}
+		if a != nil {
+			a.Resync()
+		}
+		return nil
+	}}
+	go w.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("pools")), bmccminformers.NewSharedInformerFactory(objects, 0))
 }
 
 func parseRouterID(s string) (netip.Addr, error) {

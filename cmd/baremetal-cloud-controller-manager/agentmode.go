@@ -21,7 +21,9 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/agent"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	bmccminformers "github.com/baremetal-ccm/baremetal-ccm/pkg/generated/informers/externalversions"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/pools"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/version"
@@ -90,13 +92,13 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	if d.passwords, err = agent.ParsePasswords(passwordFiles); err != nil {
 		return fail(err)
 	}
+	var poolSet *ipam.Allocator
 	if cfg.LoadBalancer != nil {
 		// The pools' communities; the agent allocates nothing.
-		pools, err := ipam.New(cfg.LoadBalancer.Pools)
-		if err != nil {
+		if poolSet, err = ipam.New(cfg.LoadBalancer.Pools); err != nil {
 			return fail(fmt.Errorf("loadBalancer: %w", err))
 		}
-		d.poolOf = pools.PoolOf
+		d.poolOf = poolSet.PoolOf
 	}
 	if r := cfg.Routes; r != nil {
 		if d.kernel, err = routes.Open(int(r.Table), int(r.Protocol)); err != nil {
@@ -151,6 +153,17 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	a, done, err := runAgent(ctx, client, factory, d, *nodeName)
 	if err != nil {
 		return fail(err)
+	}
+	if poolSet != nil {
+		// The IPPools the leader accepted, with the CloudConfig's.
+		w := &pools.Watcher{File: cfg.LoadBalancer.Pools, Apply: func(_ context.Context, ps []bmconfig.AddressPool) error {
+			if err := poolSet.SetPools(ps); err != nil {
+				return err
+			}
+			a.Resync()
+			return nil
+		}}
+		go w.Run(ctx, bmccminformers.NewSharedInformerFactory(d.sessions, 0))
 	}
 	if srv != nil {
 		go srv.Serve(ctx)

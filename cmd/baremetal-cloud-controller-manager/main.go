@@ -114,6 +114,7 @@ func main() {
 			p.agent = a
 		}
 		agentDone = done
+		startPools(ctx, c, bareCloud, a)
 		go notifyWhenServing(ctx, c, p)
 		return cloud
 	}

@@ -162,6 +162,10 @@ func (a *Agent) stopMirrorRetry() {
 	}
 }
 
+// Resync asks for a full pass soon: what the agent announces depends on something
+// it does not watch that changed (the pools in force).
+func (a *Agent) Resync() { a.kickFull() }
+
 // kickFull asks for a full pass.
 func (a *Agent) kickFull() {
 	a.mu.Lock()

@@ -66,7 +66,7 @@ func TestValidatePools(t *testing.T) {
 			{Name: "a", Addresses: []string{"10.0.0.0/25", "10.0.0.128-10.0.0.200"}},
 			{Name: "b", Addresses: []string{"10.0.0.201-10.0.0.255", "0.0.0.0/32", "::/128"}},
 		}},
-		{name: "no pools", pools: nil, want: []string{"loadBalancer.pools: Required value", "at least one address pool"}},
+		{name: "no pools: IPPool objects only", pools: nil},
 		{name: "names", pools: []AddressPool{
 			{Addresses: []string{"10.0.0.0/30"}},
 			{Name: "Bad_Name", Addresses: []string{"10.0.1.0/30"}},

@@ -77,9 +77,7 @@ type poolRange struct {
 // validatePools checks every pool: name, addresses, selectors, communities, overlaps.
 func validatePools(pools []AddressPool, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if len(pools) == 0 {
-		return field.ErrorList{field.Required(p, "at least one address pool: add {name: default, addresses: [192.0.2.0/24]} or remove loadBalancer")}
-	}
+	// No pool here is fine: the cluster's IPPool objects may hold them all.
 	names := map[string]int{}
 	var ranges []poolRange
 	for i := range pools {
@@ -98,39 +96,62 @@ func validatePools(pools []AddressPool, p *field.Path) field.ErrorList {
 				names[pool.Name] = i
 			}
 		}
-		ap := pp.Child("addresses")
-		if len(pool.Addresses) == 0 {
-			errs = append(errs, field.Required(ap, "at least one CIDR (192.0.2.0/24) or range (192.0.2.10-192.0.2.20)"))
+		errs = append(errs, validatePool(pool, pp, &ranges)...)
+	}
+	return append(errs, overlaps(ranges)...)
+}
+
+// validatePool checks one pool's fields but its name, at pp, and appends its
+// address ranges to ranges (for the overlap check).
+func validatePool(pool *AddressPool, pp *field.Path, ranges *[]poolRange) field.ErrorList {
+	var errs field.ErrorList
+	ap := pp.Child("addresses")
+	if len(pool.Addresses) == 0 {
+		errs = append(errs, field.Required(ap, "at least one CIDR (192.0.2.0/24) or range (192.0.2.10-192.0.2.20)"))
+	}
+	for j, s := range pool.Addresses {
+		first, last, err := ParseAddressRange(s)
+		if err != nil {
+			errs = append(errs, field.Invalid(ap.Index(j), s, err.Error()))
+			continue
 		}
-		for j, s := range pool.Addresses {
-			first, last, err := ParseAddressRange(s)
-			if err != nil {
-				errs = append(errs, field.Invalid(ap.Index(j), s, err.Error()))
-				continue
-			}
-			ranges = append(ranges, poolRange{first: first, last: last, path: ap.Index(j), value: s})
-		}
-		for j, ns := range pool.Namespaces {
-			for _, msg := range validation.IsDNS1123Label(ns) {
-				errs = append(errs, field.Invalid(pp.Child("namespaces").Index(j), ns, msg+" (a namespace name)"))
-			}
-		}
-		if pool.ServiceSelector != nil {
-			if _, err := metav1.LabelSelectorAsSelector(pool.ServiceSelector); err != nil {
-				errs = append(errs, field.Invalid(pp.Child("serviceSelector"), pool.ServiceSelector.String(), err.Error()+": fix the label selector (matchLabels keys/values, matchExpressions operators In, NotIn, Exists, DoesNotExist)"))
-			}
-		}
-		for j, c := range pool.Communities {
-			if _, err := ParseCommunity(c); err != nil {
-				errs = append(errs, field.Invalid(pp.Child("communities").Index(j), c, err.Error()))
-			}
-		}
-		for j, c := range pool.LargeCommunities {
-			if _, err := ParseLargeCommunity(c); err != nil {
-				errs = append(errs, field.Invalid(pp.Child("largeCommunities").Index(j), c, err.Error()))
-			}
+		*ranges = append(*ranges, poolRange{first: first, last: last, path: ap.Index(j), value: s})
+	}
+	for j, ns := range pool.Namespaces {
+		for _, msg := range validation.IsDNS1123Label(ns) {
+			errs = append(errs, field.Invalid(pp.Child("namespaces").Index(j), ns, msg+" (a namespace name)"))
 		}
 	}
+	if pool.ServiceSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(pool.ServiceSelector); err != nil {
+			errs = append(errs, field.Invalid(pp.Child("serviceSelector"), pool.ServiceSelector.String(), err.Error()+": fix the label selector (matchLabels keys/values, matchExpressions operators In, NotIn, Exists, DoesNotExist)"))
+		}
+	}
+	for j, c := range pool.Communities {
+		if _, err := ParseCommunity(c); err != nil {
+			errs = append(errs, field.Invalid(pp.Child("communities").Index(j), c, err.Error()))
+		}
+	}
+	for j, c := range pool.LargeCommunities {
+		if _, err := ParseLargeCommunity(c); err != nil {
+			errs = append(errs, field.Invalid(pp.Child("largeCommunities").Index(j), c, err.Error()))
+		}
+	}
+	return errs
+}
+
+// ValidatePool checks one pool as a CloudConfig entry is checked (addresses,
+// namespaces, selector, communities; no two of its ranges overlapping), except its
+// name: the errors name the fields under p. It does not compare it with other pools.
+func ValidatePool(pool AddressPool, p *field.Path) field.ErrorList {
+	var ranges []poolRange
+	errs := validatePool(&pool, p, &ranges)
+	return append(errs, overlaps(ranges)...)
+}
+
+// overlaps reports every range that overlaps another, within and between pools.
+func overlaps(ranges []poolRange) field.ErrorList {
+	var errs field.ErrorList
 	// Overlaps, within and between pools: sort by first address, compare neighbours
 	// against the furthest end seen so far.
 	sort.SliceStable(ranges, func(i, j int) bool { return ranges[i].first.Less(ranges[j].first) })

@@ -113,6 +113,12 @@ type LoadBalancer struct {
 	// released are the addresses EnsureLoadBalancerDeleted freed, per Service, whose
 	// claims Committed deletes once the status no longer shows them.
 	released map[string][]netip.Addr
+
+	// pools are the pools in force (the CloudConfig's, then the IPPools' applied);
+	// poolsChanged is closed, and replaced, when SetPools changes them.
+	poolsMu      sync.Mutex
+	pools        []config.AddressPool
+	poolsChanged chan struct{}
 }
 
 // minReprimeInterval bounds how often conflicts make the allocator re-prime (each time
@@ -128,7 +134,36 @@ func New(cfg *config.LoadBalancerConfig, events EventRecorder) (*LoadBalancer, e
 		return nil, err
 	}
 	registerMetrics()
-	return &LoadBalancer{cfg: cfg, alloc: alloc, events: events}, nil
+	return &LoadBalancer{cfg: cfg, alloc: alloc, events: events, pools: slices.Clone(cfg.Pools), poolsChanged: make(chan struct{})}, nil
+}
+
+// SetPools puts pools (the CloudConfig's and the accepted IPPools', see pkg/pools)
+// in force: every address held stays held (ipam.Allocator.SetPools), and waiters on
+// PoolsChanged are woken. On an error nothing changes.
+func (l *LoadBalancer) SetPools(pools []config.AddressPool) error {
+	if err := l.alloc.SetPools(pools); err != nil {
+		return err
+	}
+	l.poolsMu.Lock()
+	l.pools = slices.Clone(pools)
+	close(l.poolsChanged)
+	l.poolsChanged = make(chan struct{})
+	l.poolsMu.Unlock()
+	return nil
+}
+
+// Pools returns the pools in force.
+func (l *LoadBalancer) Pools() []config.AddressPool {
+	l.poolsMu.Lock()
+	defer l.poolsMu.Unlock()
+	return l.pools
+}
+
+// PoolsChanged returns a channel closed at the next SetPools.
+func (l *LoadBalancer) PoolsChanged() <-chan struct{} {
+	l.poolsMu.Lock()
+	defer l.poolsMu.Unlock()
+	return l.poolsChanged
 }
 
 // Allocator returns the allocator (for metrics and tests).

@@ -56,7 +56,7 @@ func (l *LoadBalancer) PoolReports() PoolsReport {
 	services := l.alloc.PoolServices()
 	byName := map[string]*PoolReport{}
 	var r PoolsReport
-	for _, p := range l.cfg.Pools {
+	for _, p := range l.Pools() {
 		pr := PoolReport{Name: p.Name, Addresses: slices.Clone(p.Addresses), AutoAssign: p.AutoAssignEnabled(), Namespaces: slices.Clone(p.Namespaces), Services: services[p.Name]}
 		if p.ServiceSelector != nil {
 			pr.Selector = metav1.FormatLabelSelector(p.ServiceSelector)

@@ -195,6 +195,10 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 		// Its speaker's session states (every replica), read by the leader.
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpsessionstates"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
+		// IP pools managed in the cluster: every replica watches them, the leader
+		// decides (status) and holds those in use (finalizer).
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"ippools"}, Verbs: []string{"list", "watch", "update"}},
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"ippools/status"}, Verbs: []string{"update"}},
 		// Address claims (pkg/lb: one IPAddress per load-balancer address).
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"get", "list", "create", "delete"}},
 		// The out-of-service taint comes off only once the powered-off Node holds no pod
@@ -340,9 +344,10 @@ const (
 func AgentUserName(node string) string { return AgentUserPrefix + node }
 
 // AgentClusterRoleRules are exactly what an agent uses: it watches Nodes, Services and
-// EndpointSlices to decide what its host announces, records Events, and writes its
-// node's BGPSessionState objects (AgentPolicy keeps it to its own node's). It writes
-// nothing else and reads no Secret, ConfigMap or inventory.
+// EndpointSlices to decide what its host announces, records Events, watches the
+// IPPools (their communities), and writes its node's BGPSessionState objects
+// (AgentPolicy keeps it to its own node's). It writes nothing else and reads no
+// Secret, ConfigMap or inventory.
 func AgentClusterRoleRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
@@ -350,6 +355,7 @@ func AgentClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpsessionstates"}, Verbs: []string{"list", "create", "update", "delete"}},
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"ippools"}, Verbs: []string{"list", "watch"}},
 	}
 }
 

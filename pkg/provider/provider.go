@@ -41,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -62,6 +63,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/metallb"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/pools"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/speakerstatus"
@@ -401,9 +403,12 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 		// The speakers' session states: an informer of the term's own (it stops with
 		// the term; without the CRD it retries, and the condition says so).
 		var sessions v1alpha1listers.BGPSessionStateLister
-		if c.objects != nil && c.cfg.BGP != nil && c.cfg.LoadBalancer.Announcer == config.AnnouncerBGP {
+		if c.objects != nil {
 			objects := bmccminformers.NewSharedInformerFactory(c.objects, 0)
-			sessions = objects.BaremetalCCM().V1alpha1().BGPSessionStates().Lister()
+			if c.cfg.BGP != nil && c.cfg.LoadBalancer.Announcer == config.AnnouncerBGP {
+				sessions = objects.BaremetalCCM().V1alpha1().BGPSessionStates().Lister()
+			}
+			c.leadPools(t, objects, factory.Core().V1().Services())
 			objects.Start(t.ctx.Done())
 			t.wg.Go(func() { <-t.ctx.Done(); objects.Shutdown() })
 		}
@@ -426,6 +431,40 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 			mon.Run(ctx)
 		}
 	})
+}
+
+// leadPools runs, for term t, the controller that decides which IPPools are in force
+// (pkg/pools): it never takes away an address a Service's status shows.
+func (c *Cloud) leadPools(t *term, objects bmccminformers.SharedInformerFactory, svcs coreinformers.ServiceInformer) {
+	inf := objects.BaremetalCCM().V1alpha1().IPPools()
+	kick := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, DeleteFunc: poke, UpdateFunc: func(_, o any) { poke(o) }}); err != nil {
+		t.logger.Error(err, "The IPPool controller is off: IPPool changes are not applied")
+		return
+	}
+	lister := svcs.Lister()
+	ctl := &pools.Controller{
+		Client: c.objects, Pools: inf.Lister(), Synced: []cache.InformerSynced{inf.Informer().HasSynced, svcs.Informer().HasSynced},
+		File: c.cfg.LoadBalancer.Pools, Usage: c.lb.Allocator().Usage, Kick: kick,
+		InUse: func() []netip.Addr {
+			list, err := lister.List(labels.Everything())
+			if err != nil {
+				return nil
+			}
+			var out []netip.Addr
+			for _, s := range list {
+				out = append(out, lb.IngressIPs(s)...)
+			}
+			return out
+		},
+	}
+	t.goRun("ip-pools", ctl.Run)
 }
 
 // leadGuard makes the inventory's deletion guard decide for term t, its state in the

@@ -223,10 +223,13 @@ func agentAccessReviews(ctx context.Context, t *testing.T, cp *framework.Control
 		// Its node's BGPSessionStates (the ValidatingAdmissionPolicy keeps it to its own).
 		{"baremetal-ccm.io", "bgpsessionstates", "", "list", "", ""}, {"baremetal-ccm.io", "bgpsessionstates", "", "create", "", ""},
 		{"baremetal-ccm.io", "bgpsessionstates", "", "update", "", node + ".10.0.0.1"}, {"baremetal-ccm.io", "bgpsessionstates", "", "delete", "", node + ".10.0.0.1"},
+		{"baremetal-ccm.io", "ippools", "", "list", "", ""}, {"baremetal-ccm.io", "ippools", "", "watch", "", ""},
 	}
 	denied := []check{
 		{"baremetal-ccm.io", "bgpsessionstates", "", "watch", "", ""}, {"baremetal-ccm.io", "bgpsessionstates", "", "patch", "", ""},
 		{"baremetal-ccm.io", "bgpsessionstates", "", "deletecollection", "", ""},
+		{"baremetal-ccm.io", "ippools", "", "create", "", ""}, {"baremetal-ccm.io", "ippools", "", "update", "", ""},
+		{"baremetal-ccm.io", "ippools", "status", "update", "", ""},
 		// Secrets: none, anywhere, least of all the BMC credentials.
 		core("secrets", "get", manifests.CredentialsNamespace), core("secrets", "list", manifests.CredentialsNamespace),
 		core("secrets", "watch", manifests.CredentialsNamespace), {"", "secrets", "", "get", manifests.CredentialsNamespace, "e2e-bmc-sec-1"},

@@ -47,7 +47,8 @@ const agentUUID = "4c4c4544-0000-4000-8000-0000000000a0"
 // (router and file) is applied without a restart. A draining worker's path is
 // marked GRACEFUL_SHUTDOWN, then withdrawn, and restored on uncordon. A kubelet that
 // claims worker 0's providerID with another systemUUID gets none of its BGP settings.
-// Each agent publishes its session (kubectl get bgpsessionstates), the Announced
+// An IPPool added in the cluster is announced by the agents without a restart. Each
+// agent publishes its session (kubectl get bgpsessionstates), the Announced
 // condition names the agents that announce a Service, and worker 1's credentials
 // cannot write worker 0's session.
 func TestAgentLeastPrivilege(t *testing.T) {
@@ -297,6 +298,51 @@ hosts:
 	}
 	waitFrom(netip.PrefixFrom(clusterIP, 32), 0, 1)
 	waitFrom(netip.PrefixFrom(localIP, 32), 0)
+
+	// An IPPool added in the cluster: the agents (which allocate nothing but announce
+	// only addresses of a pool in force) announce its Service without a restart.
+	poolName := "agents-" + suffix
+	ippools := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().IPPools()
+	if _, err := ippools.Create(ctx, &v1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: poolName},
+		Spec: v1alpha1.IPPoolSpec{Addresses: []string{"192.0.2.200/30"}, Communities: []string{"65000:777"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p, err := ippools.Get(context.Background(), poolName, metav1.GetOptions{}); err == nil {
+			p.Finalizers = nil
+			_, _ = ippools.Update(context.Background(), p, metav1.UpdateOptions{})
+			_ = ippools.Delete(context.Background(), poolName, metav1.DeleteOptions{})
+		}
+	})
+	pooled := func() netip.Addr {
+		s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pooled", Annotations: map[string]string{"baremetal-ccm.io/address-pool": poolName}},
+			Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "pooled"}, Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80}}}}
+		if _, err := l.cp.Client.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var ip netip.Addr
+		if err := framework.WaitFor(ctx, 60*time.Second, "an IP for pooled", func(ctx context.Context) (bool, error) {
+			s, err := l.cp.Client.CoreV1().Services(ns).Get(ctx, "pooled", metav1.GetOptions{})
+			if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
+				return false, err
+			}
+			ip = netip.MustParseAddr(s.Status.LoadBalancer.Ingress[0].IP)
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ip
+	}()
+	if !netip.MustParsePrefix("192.0.2.200/30").Contains(pooled) {
+		t.Fatalf("pooled got %s, not an address of IPPool %s", pooled, poolName)
+	}
+	waitFrom(netip.PrefixFrom(pooled, 32), 0, 1)
+	if routes, err := r.RoutesFor(ctx, netip.PrefixFrom(pooled, 32)); err != nil || len(routes) == 0 || !slices.Contains(routes[0].Communities, "65000:777") {
+		t.Errorf("pooled's paths: %+v, %v; want the IPPool's community 65000:777", routes, err)
+	}
+	if err := l.cp.Client.CoreV1().Services(ns).Delete(ctx, "pooled", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Each agent publishes its session as a BGPSessionState of its own node; kubectl
 	// lists them; the leader's Announced condition names the agents that announce.

@@ -13,12 +13,15 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bmcsim/redfish"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
@@ -31,8 +34,8 @@ import (
 // again. In every one of its four terms: BMC reads work (the power conditions follow
 // the Redfish emulator), a powered-off NotReady host gets the shutdown taint and,
 // past outOfServiceAfter, the out-of-service taint, released while it reads off, the
-// deletion guard decides (a Node whose host left the inventory is deleted) and an IP
-// is assigned. Between terms it writes no guard state and keeps no BMC session. The
+// deletion guard decides (a Node whose host left the inventory is deleted), an IP
+// is assigned and an IPPool is accepted. Between terms it writes no guard state and keeps no BMC session. The
 // goroutines and informer event handlers of term 4 are those of term 2.
 func TestLeadershipTerms(t *testing.T) {
 	const terms = 4
@@ -122,6 +125,26 @@ func TestLeadershipTerms(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitServiceIP(t, l, ns, svc)
+		// An IPPool: this term's leader accepts it.
+		pools := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().IPPools()
+		poolName := fmt.Sprintf("terms-%d-%s", k, strings.ToLower(utilrand.String(4)))
+		t.Cleanup(func() {
+			if p, err := pools.Get(context.Background(), poolName, metav1.GetOptions{}); err == nil {
+				p.Finalizers = nil
+				_, _ = pools.Update(context.Background(), p, metav1.UpdateOptions{})
+				_ = pools.Delete(context.Background(), poolName, metav1.DeleteOptions{})
+			}
+		})
+		if _, err := pools.Create(l.ctx, &v1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: poolName},
+			Spec: v1alpha1.IPPoolSpec{Addresses: []string{fmt.Sprintf("198.51.100.%d/30", 4*k)}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := framework.WaitFor(l.ctx, 30*time.Second, "term's leader to accept IPPool "+poolName, func(ctx context.Context) (bool, error) {
+			p, err := pools.Get(ctx, poolName, metav1.GetOptions{})
+			return err == nil && p.Status.Applied != nil && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.PoolConditionAccepted), nil
+		}); err != nil {
+			t.Errorf("term %d: %v", k, err)
+		}
 		s := sample{goroutines: minMetric(t, l, ccm, "go_goroutines"), handlers: minMetric(t, l, ccm, "baremetal_ccm_informer_event_handlers")}
 		samples = append(samples, s)
 		t.Logf("term %d: BMC reads, shutdown taint, out-of-service taint and its release, guard decision and IP in %s; goroutines %d, event handlers %d",

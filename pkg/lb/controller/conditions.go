@@ -83,6 +83,17 @@ func (p *pendingSet) done(key string) {
 	delete(p.since, key)
 }
 
+// keys returns the waiting Services.
+func (p *pendingSet) keys() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.since))
+	for k := range p.since {
+		out = append(out, k)
+	}
+	return out
+}
+
 // publish sets the gauges.
 func (p *pendingSet) publish(now time.Time) {
 	p.mu.Lock()

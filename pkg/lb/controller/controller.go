@@ -110,6 +110,13 @@ type Repriming interface {
 	Reprime()
 }
 
+// PoolWatcher is implemented by a Balancer whose pools change at run time
+// (lb.LoadBalancer): when they do, the Services waiting for an address are retried
+// at once rather than at their backoff.
+type PoolWatcher interface {
+	PoolsChanged() <-chan struct{}
+}
+
 // Committer is implemented by a Balancer that claims addresses in the API server
 // (lb.LoadBalancer): told after every status write of a Service (before: the
 // addresses its status showed, after: those it shows now; a Service that is gone
@@ -224,6 +231,9 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 			logger.Error(err, "Not the leader: the service controller writes nothing")
 		}
 	}
+	if pw, ok := c.balancer.(PoolWatcher); ok {
+		go c.retryOnPoolChange(ctx, pw)
+	}
 	if workers < 1 {
 		workers = 1
 	}
@@ -234,6 +244,23 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		}, time.Second)
 	}
 	<-ctx.Done()
+}
+
+// retryOnPoolChange requeues the waiting Services, past their backoff, whenever the
+// pools change, until ctx ends.
+func (c *Controller) retryOnPoolChange(ctx context.Context, pw PoolWatcher) {
+	for {
+		changed := pw.PoolsChanged()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		for _, key := range c.pending.keys() {
+			c.queue.Forget(key)
+			c.queue.Add(key)
+		}
+	}
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {

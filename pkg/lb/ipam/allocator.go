@@ -867,6 +867,32 @@ func (a *Allocator) Prime(key string, req Request, current []netip.Addr) error {
 	return errors.Join(errs...)
 }
 
+// SetPools replaces the pools (validated as for New) and keeps every address held:
+// each Service keeps what it holds, in a pool of the new set or, as Prime keeps
+// them, in none. On New's error nothing changes. Pools returned by PoolOf before
+// stay as they were.
+func (a *Allocator) SetPools(pools []config.AddressPool) error {
+	n, err := New(pools)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// The holders coexist already (compatible sharing), so any order keeps them all.
+	for key, s := range a.svcs {
+		out := make([]planned, 0, len(s.ips))
+		for _, ip := range s.ips {
+			out = append(out, planned{ip: ip, rng: n.rangeOf(ip)})
+		}
+		n.commit(key, nil, out, s.share)
+	}
+	a.pools, a.byName, a.ranges = n.pools, n.byName, n.ranges
+	a.svcs, a.ips, a.shared, a.outOfPool = n.svcs, n.ips, n.shared, n.outOfPool
+	a.auto, a.autoOpen = n.auto, n.autoOpen
+	a.freeSvcs, a.freeUses = nil, nil
+	return nil
+}
+
 // Reset releases everything, as if the Allocator were new: Prime it again before the
 // next Assign.
 func (a *Allocator) Reset() {

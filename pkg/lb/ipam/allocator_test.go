@@ -728,3 +728,64 @@ func checkInvariants(t *testing.T, a *Allocator) {
 		}
 	}
 }
+
+// SetPools changes the pools under the Services: every address held stays held (in a
+// pool of the new set, or in none), the new pools serve at once, a bad set changes
+// nothing.
+func TestSetPools(t *testing.T) {
+	a, err := New([]config.AddressPool{mkPool("a", "10.0.0.0/31")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assign := func(key string, req Request) Assignment {
+		t.Helper()
+		as, err := a.Assign(key, req, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return as
+	}
+	s1 := assign("ns/s1", Request{})
+	s2 := assign("ns/s2", Request{SharingKey: "k", Ports: tcp(80), IPs: addrs("10.0.0.1")})
+	s3 := assign("ns/s3", Request{SharingKey: "k", Ports: tcp(81), IPs: addrs("10.0.0.1")})
+	if s1.IPs[0] != netip.MustParseAddr("10.0.0.0") || s2.IPs[0] != s3.IPs[0] {
+		t.Fatalf("setup: %v %v %v", s1, s2, s3)
+	}
+	// Grow a, add b: everything stays, b serves.
+	if err := a.SetPools([]config.AddressPool{mkPool("a", "10.0.0.0/30"), noAuto(mkPool("b", "10.0.1.0/30"))}); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"ns/s1": "10.0.0.0", "ns/s2": "10.0.0.1", "ns/s3": "10.0.0.1"} {
+		if as, ok := a.Assigned(key); !ok || as.IPs[0].String() != want || as.Pools[0] != "a" {
+			t.Errorf("%s after growing: %+v, %v; want %s in a", key, as, ok, want)
+		}
+	}
+	if as := assign("ns/new", Request{}); as.IPs[0].String() != "10.0.0.2" {
+		t.Errorf("auto-assign after growing: %v, want 10.0.0.2 (the held ones stay held)", as.IPs)
+	}
+	if as := assign("ns/b", Request{Pool: "b"}); as.IPs[0].String() != "10.0.1.0" || as.Pools[0] != "b" {
+		t.Errorf("the new pool: %+v", as)
+	}
+	// A sharing conflict is still one.
+	if _, err := a.Assign("ns/s4", Request{SharingKey: "k", Ports: tcp(80), IPs: addrs("10.0.0.1")}, nil); !errors.Is(err, ErrSharingConflict) {
+		t.Errorf("sharing after SetPools: %v", err)
+	}
+	// Overlapping pools: an error, nothing changes.
+	if err := a.SetPools([]config.AddressPool{mkPool("a", "10.0.0.0/30"), mkPool("c", "10.0.0.2/31")}); err == nil {
+		t.Error("overlapping pools accepted")
+	}
+	if _, ok := a.PoolOf(netip.MustParseAddr("10.0.1.1")); !ok {
+		t.Error("a rejected SetPools changed the pools")
+	}
+	// a removed: its Services keep their addresses, in no pool.
+	if err := a.SetPools([]config.AddressPool{noAuto(mkPool("b", "10.0.1.0/30"))}); err != nil {
+		t.Fatal(err)
+	}
+	if as, ok := a.Assigned("ns/s1"); !ok || as.IPs[0].String() != "10.0.0.0" || as.Pools[0] != "" {
+		t.Errorf("s1 after its pool left: %+v, %v", as, ok)
+	}
+	if n := a.OutOfPool(); n != 3 {
+		t.Errorf("OutOfPool = %d, want 3 (10.0.0.0-10.0.0.2)", n)
+	}
+	checkInvariants(t, a)
+}

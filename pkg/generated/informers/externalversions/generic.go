@@ -41,6 +41,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=baremetal-ccm.io, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithResource("bgpsessionstates"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.BaremetalCCM().V1alpha1().BGPSessionStates().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("ippools"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.BaremetalCCM().V1alpha1().IPPools().Informer()}, nil
 
 	}
 

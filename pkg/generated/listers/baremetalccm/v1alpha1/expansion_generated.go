@@ -7,3 +7,7 @@ package v1alpha1
 // BGPSessionStateListerExpansion allows custom methods to be added to
 // BGPSessionStateLister.
 type BGPSessionStateListerExpansion interface{}
+
+// IPPoolListerExpansion allows custom methods to be added to
+// IPPoolLister.
+type IPPoolListerExpansion interface{}

@@ -12,6 +12,8 @@ import (
 type Interface interface {
 	// BGPSessionStates returns a BGPSessionStateInformer.
 	BGPSessionStates() TypedBGPSessionStateInformer
+	// IPPools returns a IPPoolInformer.
+	IPPools() TypedIPPoolInformer
 }
 
 type version struct {
@@ -28,4 +30,9 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // BGPSessionStates returns a TypedBGPSessionStateInformer.
 func (v *version) BGPSessionStates() TypedBGPSessionStateInformer {
 	return &bGPSessionStateInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// IPPools returns a TypedIPPoolInformer.
+func (v *version) IPPools() TypedIPPoolInformer {
+	return &iPPoolInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }

@@ -15,6 +15,7 @@ import (
 type BaremetalCCMV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	BGPSessionStatesGetter
+	IPPoolsGetter
 }
 
 // BaremetalCCMV1alpha1Client is used to interact with features provided by the baremetal-ccm.io group.
@@ -24,6 +25,10 @@ type BaremetalCCMV1alpha1Client struct {
 
 func (c *BaremetalCCMV1alpha1Client) BGPSessionStates() BGPSessionStateInterface {
 	return newBGPSessionStates(c)
+}
+
+func (c *BaremetalCCMV1alpha1Client) IPPools() IPPoolInterface {
+	return newIPPools(c)
 }
 
 // NewForConfig creates a new BaremetalCCMV1alpha1Client for the given config.

@@ -5,3 +5,5 @@
 package v1alpha1
 
 type BGPSessionStateExpansion interface{}
+
+type IPPoolExpansion interface{}

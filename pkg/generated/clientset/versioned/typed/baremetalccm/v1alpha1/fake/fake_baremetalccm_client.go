@@ -18,6 +18,10 @@ func (c *FakeBaremetalCCMV1alpha1) BGPSessionStates() v1alpha1.BGPSessionStateIn
 	return newFakeBGPSessionStates(c)
 }
 
+func (c *FakeBaremetalCCMV1alpha1) IPPools() v1alpha1.IPPoolInterface {
+	return newFakeIPPools(c)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeBaremetalCCMV1alpha1) RESTClient() rest.Interface {

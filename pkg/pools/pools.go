@@ -1,0 +1,178 @@
+// Package pools combines the CloudConfig's loadBalancer.pools with the cluster's
+// IPPool objects (baremetal-ccm.io/v1alpha1). The leader's Controller checks each
+// object and copies an accepted spec to its status.applied; every process (replicas
+// and agents) uses the CloudConfig's pools plus the objects' status.applied
+// (Effective), so they all apply the same set, and a bad or held change never
+// reaches any of them.
+//
+// How the two combine: a CloudConfig pool always wins its name and its addresses; an
+// IPPool that reuses either is in Conflict and not applied. Among IPPools, the older
+// (creation time, then name) wins.
+package pools
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+)
+
+// ToConfig is the CloudConfig pool an IPPool spec stands for.
+func ToConfig(name string, s *v1alpha1.IPPoolSpec) config.AddressPool {
+	p := config.AddressPool{
+		Name: name, Addresses: slices.Clone(s.Addresses), AvoidBuggyIPs: s.AvoidBuggyIPs, Priority: s.Priority,
+		Namespaces: slices.Clone(s.Namespaces), Communities: slices.Clone(s.Communities), LargeCommunities: slices.Clone(s.LargeCommunities),
+	}
+	t := true
+	p.AutoAssign = &t
+	if s.AutoAssign != nil {
+		v := *s.AutoAssign
+		p.AutoAssign = &v
+	}
+	if s.ServiceSelector != nil {
+		p.ServiceSelector = s.ServiceSelector.DeepCopy()
+	}
+	if s.LocalPreference != nil && *s.LocalPreference >= 0 && *s.LocalPreference <= 1<<32-1 {
+		lp := uint32(*s.LocalPreference)
+		p.LocalPreference = &lp
+	}
+	return p
+}
+
+// FromConfig is the IPPool spec of a CloudConfig pool (baremetal-ccmctl converts).
+func FromConfig(p *config.AddressPool) v1alpha1.IPPoolSpec {
+	s := v1alpha1.IPPoolSpec{
+		Addresses: slices.Clone(p.Addresses), AvoidBuggyIPs: p.AvoidBuggyIPs, Priority: p.Priority,
+		Namespaces: slices.Clone(p.Namespaces), Communities: slices.Clone(p.Communities), LargeCommunities: slices.Clone(p.LargeCommunities),
+	}
+	if p.AutoAssign != nil && !*p.AutoAssign {
+		f := false
+		s.AutoAssign = &f
+	}
+	if p.ServiceSelector != nil {
+		s.ServiceSelector = p.ServiceSelector.DeepCopy()
+	}
+	if p.LocalPreference != nil {
+		lp := int64(*p.LocalPreference)
+		s.LocalPreference = &lp
+	}
+	return s
+}
+
+// Effective is the pool set every process applies: file, then each object's
+// status.applied (by name) whose name no file pool has. Objects are not checked
+// again: the leader's Controller applied only what it accepted.
+func Effective(file []config.AddressPool, objs []*v1alpha1.IPPool) []config.AddressPool {
+	out := slices.Clone(file)
+	names := map[string]bool{}
+	for _, p := range file {
+		names[p.Name] = true
+	}
+	sorted := slices.Clone(objs)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, o := range sorted {
+		if o.Status.Applied == nil || names[o.Name] {
+			continue
+		}
+		names[o.Name] = true
+		out = append(out, ToConfig(o.Name, o.Status.Applied))
+	}
+	return out
+}
+
+// span is one address range of a pool, for the overlap checks.
+type span struct {
+	pool        string
+	first, last netip.Addr
+	text        string
+}
+
+func spans(p *config.AddressPool) []span {
+	var out []span
+	for _, a := range p.Addresses {
+		first, last, err := config.ParseAddressRange(a)
+		if err == nil {
+			out = append(out, span{pool: p.Name, first: first, last: last, text: a})
+		}
+	}
+	return out
+}
+
+func (s span) overlaps(o span) bool {
+	return s.first.Is4() == o.first.Is4() && s.first.Compare(o.last) <= 0 && o.first.Compare(s.last) <= 0
+}
+
+func (s span) contains(ip netip.Addr) bool {
+	return s.first.Is4() == ip.Is4() && s.first.Compare(ip) <= 0 && ip.Compare(s.last) <= 0
+}
+
+// check returns why the object's spec cannot be applied next to accepted (the
+// CloudConfig's pools and the IPPools before it): a reason and a message naming the
+// field, or "" when it can.
+func check(o *v1alpha1.IPPool, fileNames map[string]bool, accepted []span) (reason, msg string) {
+	var errs field.ErrorList
+	for _, m := range validation.IsDNS1123Label(o.Name) {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), o.Name, m+" (the pool's name, as the annotation baremetal-ccm.io/address-pool names it)"))
+	}
+	cand := ToConfig(o.Name, &o.Spec)
+	errs = append(errs, config.ValidatePool(cand, field.NewPath("spec"))...)
+	if len(errs) > 0 {
+		return v1alpha1.PoolReasonInvalid, errs.ToAggregate().Error()
+	}
+	if fileNames[o.Name] {
+		return v1alpha1.PoolReasonConflict, fmt.Sprintf("metadata.name: the CloudConfig has a pool named %s (loadBalancer.pools): rename this IPPool or remove that entry", o.Name)
+	}
+	var clashes []string
+	for i, s := range spans(&cand) {
+		for _, a := range accepted {
+			if s.overlaps(a) {
+				clashes = append(clashes, fmt.Sprintf("spec.addresses[%d] (%s) overlaps pool %s (%s)", i, s.text, a.pool, a.text))
+			}
+		}
+	}
+	if len(clashes) > 0 {
+		return v1alpha1.PoolReasonConflict, strings.Join(clashes, "; ") + ": an address may belong to one pool only"
+	}
+	return "", ""
+}
+
+// held returns the addresses of old (the spec in force) in inUse that spec (nil: the
+// pool goes) no longer contains, at most limit of them, and how many there are.
+func held(old, spec *v1alpha1.IPPoolSpec, name string, inUse []netip.Addr, limit int) ([]string, int) {
+	if old == nil {
+		return nil, 0
+	}
+	oldCfg := ToConfig(name, old)
+	var keep []span
+	if spec != nil {
+		c := ToConfig(name, spec)
+		keep = spans(&c)
+	}
+	var out []string
+	n := 0
+	for _, ip := range inUse {
+		in := false
+		for _, s := range spans(&oldCfg) {
+			if s.contains(ip) {
+				in = true
+				break
+			}
+		}
+		buggy := spec != nil && spec.AvoidBuggyIPs && ip.Is4() && (ip.As4()[3] == 0 || ip.As4()[3] == 255)
+		if !in || !buggy && slices.ContainsFunc(keep, func(s span) bool { return s.contains(ip) }) {
+			continue
+		}
+		n++
+		if len(out) < limit {
+			out = append(out, ip.String())
+		}
+	}
+	return out, n
+}
