@@ -63,6 +63,13 @@ const usage = `usage:
       an inventory host: its entry, its Node, and its BMC asked as the CCM does
   baremetal-ccmctl explain [--kubeconfig F] ccm
       whether the cluster has what the CCM needs (its namespace, ConfigMaps, permissions)
+  baremetal-ccmctl pools convert [--cloud-config F]
+      print the CloudConfig's loadBalancer.pools as IPPool objects (kubectl apply -f -)
+  baremetal-ccmctl pools import-metallb [-f FILE]... [--kubeconfig F] [-n NS]
+      print MetalLB's IPAddressPools as IPPools (with the communities and localPref of the
+      BGPAdvertisements that select them) and its BGPPeers as the CloudConfig's bgp
+      section; from the files, else from the cluster (namespace metallb-system); every
+      field without an equivalent is named on stderr
   baremetal-ccmctl lb pools [--kubeconfig F]
       every LoadBalancer pool's size, use and free addresses per family, and its Services
   baremetal-ccmctl version
@@ -80,6 +87,10 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return bmcCheck(args[2:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "explain":
 		return explainCmd(args[1:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "pools" && args[1] == "convert":
+		return poolsConvertCmd(args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "pools" && args[1] == "import-metallb":
+		return poolsImportMetalLBCmd(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "lb" && args[1] == "pools":
 		return lbPoolsCmd(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "agent" && args[1] == "kubeconfig":

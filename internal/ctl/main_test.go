@@ -138,3 +138,66 @@ func TestBMCCheckClasses(t *testing.T) {
 		})
 	}
 }
+
+// pools convert prints a CloudConfig's pools as IPPools; import-metallb MetalLB's
+// objects, naming what it cannot carry over.
+func TestPoolsCommands(t *testing.T) {
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "inventory.yaml")
+	if err := os.WriteFile(inv, []byte("hosts: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cc := filepath.Join(dir, "cloud-config.yaml")
+	if err := os.WriteFile(cc, []byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\ninventory: {file: {path: "+inv+"}}\n"+
+		"loadBalancer:\n  announcer: none\n  pools:\n  - {name: public, addresses: [192.0.2.0/24], communities: [\"65000:1\"], autoAssign: false}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := Run([]string{"pools", "convert", "--cloud-config", cc}, &out, &errb); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"kind: IPPool", "name: public", "- 192.0.2.0/24", "autoAssign: false", "\"65000:1\""} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("convert output lacks %q:\n%s", want, out.String())
+		}
+	}
+	mlb := filepath.Join(dir, "metallb.yaml")
+	if err := os.WriteFile(mlb, []byte(`apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: edge, namespace: metallb-system}
+spec: {addresses: [198.51.100.0/28]}
+---
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: adv, namespace: metallb-system}
+spec: {ipAddressPools: [edge], communities: ["65000:7"], aggregationLength: 24}
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: tor, namespace: metallb-system}
+spec: {myASN: 64512, peerASN: 65001, peerAddress: 10.0.0.1}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	if code := Run([]string{"pools", "import-metallb", "-f", mlb}, &out, &errb); code != 0 {
+		t.Fatalf("import-metallb: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"name: edge", "- 198.51.100.0/28", "\"65000:7\"", "#     localASN: 64512", "#     - address: 10.0.0.1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("import output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if !strings.Contains(errb.String(), "warning: IPAddressPool metallb-system/edge: BGPAdvertisement adv aggregates to /24") {
+		t.Errorf("import warnings: %s", errb.String())
+	}
+	// Something else in the file is an error naming it.
+	if err := os.WriteFile(mlb, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if code := Run([]string{"pools", "import-metallb", "-f", mlb}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "v1 ConfigMap is not an object this imports") {
+		t.Errorf("a ConfigMap: exit %d, %s", code, errb.String())
+	}
+}

@@ -92,11 +92,9 @@ func (c *Controller) Pass(ctx context.Context) {
 		}
 		return a.Name < b.Name
 	})
-	fileNames := map[string]bool{}
-	var fileSpans []span
+	file := map[string]*config.AddressPool{}
 	for i := range c.File {
-		fileNames[c.File[i].Name] = true
-		fileSpans = append(fileSpans, spans(&c.File[i])...)
+		file[c.File[i].Name] = &c.File[i]
 	}
 	// In force: what every object applies now, replaced as the pass decides.
 	inForce := map[string][]span{}
@@ -106,8 +104,15 @@ func (c *Controller) Pass(ctx context.Context) {
 			inForce[o.Name] = spans(&cfg)
 		}
 	}
+	// others are the ranges in force but name's own (a CloudConfig pool of the same
+	// name is its own when equal: check says so).
 	others := func(name string) []span {
-		out := slices.Clone(fileSpans)
+		var out []span
+		for i := range c.File {
+			if c.File[i].Name != name {
+				out = append(out, spans(&c.File[i])...)
+			}
+		}
 		for n, s := range inForce {
 			if n != name {
 				out = append(out, s...)
@@ -164,7 +169,7 @@ func (c *Controller) Pass(ctx context.Context) {
 			}
 			o = updated
 		}
-		reason, msg := check(o, fileNames, others(o.Name))
+		reason, msg := check(o, file, others(o.Name))
 		switch {
 		case reason != "":
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reason, msg

@@ -6,8 +6,9 @@
 // reaches any of them.
 //
 // How the two combine: a CloudConfig pool always wins its name and its addresses; an
-// IPPool that reuses either is in Conflict and not applied. Among IPPools, the older
-// (creation time, then name) wins.
+// IPPool that reuses either is in Conflict and not applied, unless it is the same pool
+// (same name, same fields: the way to move a pool into the cluster, one replica's
+// CloudConfig at a time). Among IPPools, the older (creation time, then name) wins.
 package pools
 
 import (
@@ -17,6 +18,7 @@ import (
 	"sort"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -87,6 +89,29 @@ func Effective(file []config.AddressPool, objs []*v1alpha1.IPPool) []config.Addr
 	return out
 }
 
+// SameAsFile reports whether an IPPool's pool is exactly the CloudConfig's pool f.
+func SameAsFile(f, p *config.AddressPool) bool {
+	a, b := *f, *p
+	norm := func(c *config.AddressPool) {
+		if c.AutoAssign == nil {
+			t := true
+			c.AutoAssign = &t
+		}
+		if len(c.Namespaces) == 0 {
+			c.Namespaces = nil
+		}
+		if len(c.Communities) == 0 {
+			c.Communities = nil
+		}
+		if len(c.LargeCommunities) == 0 {
+			c.LargeCommunities = nil
+		}
+	}
+	norm(&a)
+	norm(&b)
+	return equality.Semantic.DeepEqual(a, b)
+}
+
 // span is one address range of a pool, for the overlap checks.
 type span struct {
 	pool        string
@@ -116,7 +141,7 @@ func (s span) contains(ip netip.Addr) bool {
 // check returns why the object's spec cannot be applied next to accepted (the
 // CloudConfig's pools and the IPPools before it): a reason and a message naming the
 // field, or "" when it can.
-func check(o *v1alpha1.IPPool, fileNames map[string]bool, accepted []span) (reason, msg string) {
+func check(o *v1alpha1.IPPool, file map[string]*config.AddressPool, accepted []span) (reason, msg string) {
 	var errs field.ErrorList
 	for _, m := range validation.IsDNS1123Label(o.Name) {
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), o.Name, m+" (the pool's name, as the annotation baremetal-ccm.io/address-pool names it)"))
@@ -126,8 +151,8 @@ func check(o *v1alpha1.IPPool, fileNames map[string]bool, accepted []span) (reas
 	if len(errs) > 0 {
 		return v1alpha1.PoolReasonInvalid, errs.ToAggregate().Error()
 	}
-	if fileNames[o.Name] {
-		return v1alpha1.PoolReasonConflict, fmt.Sprintf("metadata.name: the CloudConfig has a pool named %s (loadBalancer.pools): rename this IPPool or remove that entry", o.Name)
+	if f, ok := file[o.Name]; ok && !SameAsFile(f, &cand) {
+		return v1alpha1.PoolReasonConflict, fmt.Sprintf("metadata.name: the CloudConfig has a pool named %s (loadBalancer.pools) that differs: make them equal (to move it into the cluster) or rename this IPPool", o.Name)
 	}
 	var clashes []string
 	for i, s := range spans(&cand) {

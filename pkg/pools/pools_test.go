@@ -146,7 +146,8 @@ func TestControllerAcceptsInvalidatesAndHolds(t *testing.T) {
 // The CloudConfig wins its names and addresses; among IPPools the older wins; a
 // loser applies nothing (or keeps what it had).
 func TestControllerConflicts(t *testing.T) {
-	l := newLab(t, []config.AddressPool{{Name: "file", Addresses: []string{"10.9.0.0/24"}}},
+	l := newLab(t, []config.AddressPool{{Name: "file", Addresses: []string{"10.9.0.0/24"}}, {Name: "moving", Addresses: []string{"10.8.0.0/24"}}},
+		pool("moving", 3*time.Hour, "10.8.0.0/24"),
 		pool("old", 2*time.Hour, "10.0.0.0/29"), pool("young", time.Hour, "10.0.0.4/30"),
 		pool("file", time.Hour, "10.1.0.0/30"), pool("overfile", time.Hour, "10.9.0.128/25"), pool("Bad_Name", time.Hour, "10.2.0.0/30"))
 	l.pass()
@@ -155,6 +156,8 @@ func TestControllerConflicts(t *testing.T) {
 		t.Errorf("a conflicting pool applied: %+v", y.Status.Applied)
 	}
 	l.want("file", metav1.ConditionFalse, v1alpha1.PoolReasonConflict, "the CloudConfig has a pool named file")
+	// The same pool as the CloudConfig's (being moved into the cluster): accepted.
+	l.want("moving", metav1.ConditionTrue, v1alpha1.PoolReasonAccepted)
 	l.want("overfile", metav1.ConditionFalse, v1alpha1.PoolReasonConflict, "overlaps pool file (10.9.0.0/24)")
 	l.want("Bad_Name", metav1.ConditionFalse, v1alpha1.PoolReasonInvalid, "metadata.name")
 	// The older grows into nothing of the younger's in force: still accepted; the
@@ -186,8 +189,8 @@ func TestControllerConflicts(t *testing.T) {
 	for _, p := range eff {
 		names = append(names, p.Name)
 	}
-	if strings.Join(names, " ") != "file old young" {
-		t.Errorf("effective pools %v, want file old young", names)
+	if strings.Join(names, " ") != "file moving old young" {
+		t.Errorf("effective pools %v, want file moving old young (the CloudConfig's moving, not the IPPool's)", names)
 	}
 	if _, err := ipam.New(eff); err != nil {
 		t.Errorf("the effective pools do not make an allocator: %v", err)

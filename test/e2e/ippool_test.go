@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
 )
@@ -228,5 +230,84 @@ func TestIPPools(t *testing.T) {
 	case <-ccm.Done():
 		t.Error("the CCM exited")
 	default:
+	}
+}
+
+// TestIPPoolsFromMetalLB: MetalLB's own example objects (the configsamples of the
+// MetalLB module this project builds against) imported with `baremetal-ccmctl pools
+// import-metallb` and applied with kubectl serve the addresses MetalLB would: a
+// Service of pool example gets its first address, one asking for an address of its
+// range gets it, and the router holds them; the restricted pool admits only the
+// namespaces MetalLB's did.
+func TestIPPoolsFromMetalLB(t *testing.T) {
+	l := newLBLab(t, 1)
+	l.createNode(framework.NodeSpec{Name: "cp-0", InternalIPs: []string{l.router.SpeakerV4(0).String()}, Ready: ready(v1.ConditionTrue)})
+	l.start(0, "self")
+	dir, err := framework.ModuleDir(l.ctx, "go.universe.tf/metallb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctlBin, err := framework.CtlBinary(l.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, f := range []string{"simple_pool_adv_bgp.yaml", "ipaddresspool_with_selector.yaml", "bgppeer_simple.yaml"} {
+		args = append(args, "-f", filepath.Join(dir, "configsamples", f))
+	}
+	cmd := exec.CommandContext(l.ctx, ctlBin, append([]string{"pools", "import-metallb"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("import-metallb: %v\n%s", err, stderr.String())
+	}
+	t.Logf("import-metallb warnings:\n%s", stderr.String())
+	if !strings.Contains(stderr.String(), "namespaceSelectors not imported") {
+		t.Errorf("the selector sample's namespaceSelectors are not named among the warnings")
+	}
+	path := filepath.Join(l.dir, "imported.yaml")
+	writeFile(t, path, string(out))
+	pools := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().IPPools()
+	names := []string{"example", "ippool-ns-service-alloc-sample"}
+	t.Cleanup(func() {
+		for _, name := range names {
+			if p, err := pools.Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+				p.Finalizers = nil
+				_, _ = pools.Update(context.Background(), p, metav1.UpdateOptions{})
+				_ = pools.Delete(context.Background(), name, metav1.DeleteOptions{})
+			}
+		}
+	})
+	if o, err := framework.Kubectl(l.ctx, l.cp, "apply", "-f", path); err != nil {
+		t.Fatalf("%v\n%s", err, o)
+	}
+	for _, name := range names {
+		if err := framework.WaitFor(l.ctx, 30*time.Second, "IPPool "+name+" accepted", func(ctx context.Context) (bool, error) {
+			p, err := pools.Get(ctx, name, metav1.GetOptions{})
+			return err == nil && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.PoolConditionAccepted), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// MetalLB gives the lowest free address of the pool: 192.168.10.0 (no avoidBuggyIPs).
+	l.createService("first", func(s *v1.Service) { s.Annotations = map[string]string{ipam.AnnotationAddressPool: "example"} })
+	if ip := l.waitIPs("first", 1)[0]; ip.String() != "192.168.10.0" {
+		t.Errorf("first got %s, want 192.168.10.0 as MetalLB serves it", ip)
+	}
+	l.createService("ranged", func(s *v1.Service) { s.Annotations = map[string]string{ipam.AnnotationLoadBalancerIPs: "192.168.9.3"} })
+	if ip := l.waitIPs("ranged", 1)[0]; ip.String() != "192.168.9.3" {
+		t.Errorf("ranged got %s, want 192.168.9.3", ip)
+	}
+	l.waitAnnounced(netip.MustParseAddr("192.168.10.0"), 0)
+	l.waitAnnounced(netip.MustParseAddr("192.168.9.3"), 0)
+	// The restricted pool admits namespaces namespace-a and namespace-b only.
+	l.createService("restricted", func(s *v1.Service) {
+		s.Annotations = map[string]string{ipam.AnnotationAddressPool: "ippool-ns-service-alloc-sample"}
+		s.Labels = map[string]string{"app": "bar"}
+	})
+	c := l.waitServiceCondition("restricted", lb.ConditionAddressAssigned, metav1.ConditionFalse, lb.ReasonNoPoolAllowed)
+	if !strings.Contains(c.Message, "namespace-a") {
+		t.Errorf("restricted: %q does not name the namespaces the pool admits", c.Message)
 	}
 }

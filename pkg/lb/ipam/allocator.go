@@ -176,9 +176,8 @@ func New(pools []config.AddressPool) (*Allocator, error) {
 				p.size[r.family] = math.MaxUint64
 			}
 		}
-		for f := range p.ranges {
-			sort.Slice(p.ranges[f], func(i, j int) bool { return p.ranges[f][i].first.Less(p.ranges[f][j].first) })
-		}
+		// A pool's ranges stay in the order it lists them: auto-assignment takes the
+		// lowest free address of the first range that has one (as MetalLB does).
 		a.pools = append(a.pools, p)
 	}
 	sort.Slice(a.pools, func(i, j int) bool {

@@ -145,12 +145,12 @@ func TestAllocation(t *testing.T) {
 			},
 		},
 		{
-			name:  "ranges in address order, across entries",
+			name:  "ranges in the order the pool lists them (as MetalLB), lowest first within each",
 			pools: []config.AddressPool{mkPool("p", "10.0.1.5-10.0.1.5", "10.0.0.9 - 10.0.0.10")},
 			steps: []step{
-				{key: "a", wantIPs: []string{"10.0.0.9"}},
-				{key: "b", wantIPs: []string{"10.0.0.10"}},
-				{key: "c", wantIPs: []string{"10.0.1.5"}},
+				{key: "a", wantIPs: []string{"10.0.1.5"}},
+				{key: "b", wantIPs: []string{"10.0.0.9"}},
+				{key: "c", wantIPs: []string{"10.0.0.10"}},
 				{key: "d", wantErr: ErrPoolExhausted},
 			},
 		},

@@ -58,5 +58,6 @@
 // Allocation and release are O(log f) (f: free addresses below a range's
 // high-water mark) plus a few map operations; memory is O(1) per address in use.
 // Ranges are never materialized: an IPv6 /64 costs what a /30 costs.
-// Auto-assignment hands out the lowest free address.
+// Auto-assignment hands out the lowest free address of the pool's first range (in the
+// order the pool lists its addresses, as MetalLB does) that has one.
 package ipam

@@ -1,0 +1,182 @@
+package pools
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	metallbv1beta1 "go.universe.tf/metallb/api/v1beta1"
+	metallbv1beta2 "go.universe.tf/metallb/api/v1beta2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+)
+
+// MetalLB is a set of MetalLB objects to import.
+type MetalLB struct {
+	Pools          []metallbv1beta1.IPAddressPool
+	Advertisements []metallbv1beta1.BGPAdvertisement
+	Communities    []metallbv1beta1.Community
+	Peers          []metallbv1beta2.BGPPeer
+}
+
+// Imported is what MetalLB's objects become: IPPools (with the communities and local
+// preference of the BGPAdvertisements that select them), the CloudConfig's bgp
+// section for the BGPPeers, and a warning for everything that has no equivalent (so
+// nothing is dropped silently).
+type Imported struct {
+	Pools    []v1alpha1.IPPool
+	LocalASN uint32
+	Peers    []config.BGPPeer
+	Warnings []string
+}
+
+// FromMetalLB converts m. MetalLB serves an IPAddressPool's addresses to the Services
+// it admits in the same order baremetal-ccm does (the lowest free address of the
+// first pool by priority), so the imported pools give the same IPs.
+func FromMetalLB(m MetalLB) Imported {
+	var out Imported
+	warn := func(format string, args ...any) { out.Warnings = append(out.Warnings, fmt.Sprintf(format, args...)) }
+	aliases := map[string]string{}
+	for _, c := range m.Communities {
+		for _, a := range c.Spec.Communities {
+			aliases[a.Name] = a.Value
+		}
+	}
+	for _, p := range m.Pools {
+		name := "IPAddressPool " + p.Namespace + "/" + p.Name
+		s := v1alpha1.IPPoolSpec{AvoidBuggyIPs: p.Spec.AvoidBuggyIPs}
+		for _, a := range p.Spec.Addresses {
+			s.Addresses = append(s.Addresses, strings.ReplaceAll(a, " ", ""))
+		}
+		if p.Spec.AutoAssign != nil && !*p.Spec.AutoAssign {
+			f := false
+			s.AutoAssign = &f
+		}
+		if al := p.Spec.AllocateTo; al != nil {
+			s.Priority = int32(al.Priority)
+			s.Namespaces = slices.Clone(al.Namespaces)
+			if len(al.NamespaceSelectors) > 0 {
+				warn("%s: serviceAllocation.namespaceSelectors not imported (an IPPool restricts by namespace names): list the namespaces in spec.namespaces", name)
+			}
+			switch len(al.ServiceSelectors) {
+			case 0:
+			case 1:
+				s.ServiceSelector = al.ServiceSelectors[0].DeepCopy()
+			default:
+				s.ServiceSelector = al.ServiceSelectors[0].DeepCopy()
+				warn("%s: %d serviceAllocation.serviceSelectors (MetalLB admits a Service matching any); only the first is imported, so fewer Services may use the pool: merge them into one selector", name, len(al.ServiceSelectors))
+			}
+		}
+		var advs []string
+		for _, a := range m.Advertisements {
+			if !selects(&a, &p) {
+				continue
+			}
+			advs = append(advs, a.Name)
+			for _, c := range a.Spec.Communities {
+				v := c
+				if alias, ok := aliases[c]; ok {
+					v = alias
+				}
+				if large, ok := strings.CutPrefix(v, "large:"); ok {
+					s.LargeCommunities = appendNew(s.LargeCommunities, large)
+				} else {
+					s.Communities = appendNew(s.Communities, v)
+				}
+			}
+			if a.Spec.LocalPref != 0 {
+				lp := int64(a.Spec.LocalPref)
+				if s.LocalPreference != nil && *s.LocalPreference != lp {
+					warn("%s: BGPAdvertisements set localPref %d and %d; %d is imported", name, *s.LocalPreference, lp, max(*s.LocalPreference, lp))
+					lp = max(*s.LocalPreference, lp)
+				}
+				s.LocalPreference = &lp
+			}
+			if l := a.Spec.AggregationLength; l != nil && *l != 32 {
+				warn("%s: BGPAdvertisement %s aggregates to /%d; baremetal-ccm announces each address (/32)", name, a.Name, *l)
+			}
+			if l := a.Spec.AggregationLengthV6; l != nil && *l != 128 {
+				warn("%s: BGPAdvertisement %s aggregates IPv6 to /%d; baremetal-ccm announces each address (/128)", name, a.Name, *l)
+			}
+			if len(a.Spec.Peers) > 0 {
+				warn("%s: BGPAdvertisement %s goes only to peers %v; baremetal-ccm announces a pool to every peer", name, a.Name, a.Spec.Peers)
+			}
+			if len(a.Spec.NodeSelectors) > 0 {
+				warn("%s: BGPAdvertisement %s selects nodes; baremetal-ccm's announcers are its replicas and agents (bgp.nextHop says which nodes take the traffic)", name, a.Name)
+			}
+		}
+		if len(advs) == 0 {
+			warn("%s: no BGPAdvertisement selects it, so MetalLB did not announce it over BGP; imported, baremetal-ccm announces it", name)
+		}
+		out.Pools = append(out.Pools, v1alpha1.IPPool{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "IPPool"},
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name},
+			Spec:       s,
+		})
+	}
+	sort.Slice(out.Pools, func(i, j int) bool { return out.Pools[i].Name < out.Pools[j].Name })
+	for _, a := range m.Advertisements {
+		for _, name := range a.Spec.IPAddressPools {
+			if !slices.ContainsFunc(m.Pools, func(p metallbv1beta1.IPAddressPool) bool { return p.Name == name }) {
+				warn("BGPAdvertisement %s/%s names IPAddressPool %s, which is not among the imported objects", a.Namespace, a.Name, name)
+			}
+		}
+	}
+	for _, p := range m.Peers {
+		name := "BGPPeer " + p.Namespace + "/" + p.Name
+		if out.LocalASN == 0 {
+			out.LocalASN = p.Spec.MyASN
+		} else if p.Spec.MyASN != out.LocalASN {
+			warn("%s: myASN %d differs from %d; baremetal-ccm speaks with one local ASN (bgp.localASN)", name, p.Spec.MyASN, out.LocalASN)
+		}
+		peer := config.BGPPeer{Address: p.Spec.Address, ASN: p.Spec.ASN, Port: int32(p.Spec.Port), SourceAddress: p.Spec.SrcAddress,
+			HoldTime: p.Spec.HoldTime, KeepaliveTime: p.Spec.KeepaliveTime, ConnectRetry: p.Spec.ConnectTime}
+		if p.Spec.ASN == 0 {
+			warn("%s: no peerASN (dynamicASN %q); set asn", name, p.Spec.DynamicASN)
+		}
+		if p.Spec.EBGPMultiHop {
+			peer.EBGPMultihop = 255
+		}
+		if p.Spec.Password != "" || p.Spec.PasswordSecret.Name != "" {
+			warn("%s: a TCP-MD5 password is not copied: put it in a file readable only by the CCM and set passwordFile", name)
+		}
+		for field, set := range map[string]bool{"bfdProfile": p.Spec.BFDProfile != "", "vrf": p.Spec.VRFName != "", "nodeSelectors": len(p.Spec.NodeSelectors) > 0,
+			"interface": p.Spec.Interface != "", "routerID": p.Spec.RouterID != ""} {
+			if set {
+				warn("%s: %s is not imported (see docs/configuration.md, bgp: bfd per peer, the inventory's rack peers for per-node peers, bgpRouterID per host)", name, field)
+			}
+		}
+		out.Peers = append(out.Peers, peer)
+	}
+	slices.Sort(out.Warnings)
+	return out
+}
+
+// selects reports whether advertisement a applies to pool p: it names it, its
+// selectors match its labels, or it names and selects none (every pool).
+func selects(a *metallbv1beta1.BGPAdvertisement, p *metallbv1beta1.IPAddressPool) bool {
+	if len(a.Spec.IPAddressPools) == 0 && len(a.Spec.IPAddressPoolSelectors) == 0 {
+		return true
+	}
+	if slices.Contains(a.Spec.IPAddressPools, p.Name) {
+		return true
+	}
+	for _, sel := range a.Spec.IPAddressPoolSelectors {
+		if s, err := metav1.LabelSelectorAsSelector(&sel); err == nil && s.Matches(labels.Set(p.Labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+func appendNew(list []string, v string) []string {
+	if slices.Contains(list, v) {
+		return list
+	}
+	return append(list, v)
+}

@@ -1,0 +1,69 @@
+package pools
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	metallbv1beta1 "go.universe.tf/metallb/api/v1beta1"
+	metallbv1beta2 "go.universe.tf/metallb/api/v1beta2"
+)
+
+func TestFromMetalLB(t *testing.T) {
+	f := false
+	m := MetalLB{
+		Pools: []metallbv1beta1.IPAddressPool{
+			{ObjectMeta: metav1.ObjectMeta{Name: "public", Namespace: "metallb-system", Labels: map[string]string{"tier": "edge"}},
+				Spec: metallbv1beta1.IPAddressPoolSpec{Addresses: []string{"192.0.2.0/24", "192.0.3.1 - 192.0.3.5"}, AutoAssign: &f, AvoidBuggyIPs: true,
+					AllocateTo: &metallbv1beta1.ServiceAllocation{Priority: 5, Namespaces: []string{"web"},
+						NamespaceSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"a": "b"}}},
+						ServiceSelectors:   []metav1.LabelSelector{{MatchLabels: map[string]string{"app": "x"}}, {MatchLabels: map[string]string{"app": "y"}}}}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "quiet", Namespace: "metallb-system"}, Spec: metallbv1beta1.IPAddressPoolSpec{Addresses: []string{"198.51.100.0/28"}}},
+		},
+		Advertisements: []metallbv1beta1.BGPAdvertisement{
+			{ObjectMeta: metav1.ObjectMeta{Name: "by-name", Namespace: "metallb-system"},
+				Spec: metallbv1beta1.BGPAdvertisementSpec{IPAddressPools: []string{"public", "gone"}, Communities: []string{"NO_ADVERTISE", "65000:1", "large:65000:1:2"}, LocalPref: 150}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "by-label", Namespace: "metallb-system"},
+				Spec: metallbv1beta1.BGPAdvertisementSpec{IPAddressPoolSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"tier": "edge"}}},
+					Communities: []string{"65000:1"}, LocalPref: 200, Peers: []string{"tor-a"}}},
+		},
+		Communities: []metallbv1beta1.Community{{Spec: metallbv1beta1.CommunitySpec{Communities: []metallbv1beta1.CommunityAlias{{Name: "NO_ADVERTISE", Value: "65535:65282"}}}}},
+		Peers: []metallbv1beta2.BGPPeer{
+			{ObjectMeta: metav1.ObjectMeta{Name: "tor-a", Namespace: "metallb-system"}, Spec: metallbv1beta2.BGPPeerSpec{MyASN: 64512, ASN: 65001, Address: "10.0.0.1", EBGPMultiHop: true, Password: "secret"}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "tor-b", Namespace: "metallb-system"}, Spec: metallbv1beta2.BGPPeerSpec{MyASN: 64513, ASN: 65001, Address: "10.0.0.2", BFDProfile: "fast"}},
+		},
+	}
+	got := FromMetalLB(m)
+	if len(got.Pools) != 2 || got.Pools[0].Name != "public" || got.Pools[1].Name != "quiet" {
+		t.Fatalf("pools %+v", got.Pools)
+	}
+	p := got.Pools[0].Spec
+	if !slices.Equal(p.Addresses, []string{"192.0.2.0/24", "192.0.3.1-192.0.3.5"}) || p.AutoAssign == nil || *p.AutoAssign || !p.AvoidBuggyIPs || p.Priority != 5 ||
+		!slices.Equal(p.Namespaces, []string{"web"}) || p.ServiceSelector.MatchLabels["app"] != "x" {
+		t.Errorf("public: %+v", p)
+	}
+	if !slices.Equal(p.Communities, []string{"65535:65282", "65000:1"}) || !slices.Equal(p.LargeCommunities, []string{"65000:1:2"}) || *p.LocalPreference != 200 {
+		t.Errorf("public's advertisement: communities %v, large %v, localPref %v", p.Communities, p.LargeCommunities, *p.LocalPreference)
+	}
+	if got.LocalASN != 64512 || len(got.Peers) != 2 || got.Peers[0].Address != "10.0.0.1" || got.Peers[0].ASN != 65001 || got.Peers[0].EBGPMultihop != 255 || got.Peers[0].PasswordFile != "" {
+		t.Errorf("peers: %d %+v", got.LocalASN, got.Peers)
+	}
+	all := strings.Join(got.Warnings, "\n")
+	for _, want := range []string{
+		"namespaceSelectors not imported", "2 serviceAllocation.serviceSelectors", "localPref 150 and 200", "goes only to peers [tor-a]",
+		"IPAddressPool metallb-system/quiet: no BGPAdvertisement selects it", "names IPAddressPool gone", "password is not copied",
+		"myASN 64513 differs from 64512", "bfdProfile is not imported",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no warning says %q:\n%s", want, all)
+		}
+	}
+	// What it makes is valid as pools, and together.
+	for _, o := range got.Pools {
+		if r, msg := check(&o, nil, nil); r != "" {
+			t.Errorf("%s does not pass the leader's check: %s %s", o.Name, r, msg)
+		}
+	}
+}
