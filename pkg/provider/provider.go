@@ -283,15 +283,38 @@ func (c *Cloud) startMetalLB(t *term, clientBuilder cloudprovider.ControllerClie
 		logger.Error(err, "The metallb announcer is off")
 		return
 	}
+	// The pools in force change with the IPPools: the objects and annotations follow.
+	trigger := make(chan struct{}, 1)
 	r, err := metallb.NewReconciler(metallb.ReconcilerOptions{
 		Client: dyn, Config: c.cfg, Inventory: c.store.View, Options: opts, Recorder: recorder, Fence: fence,
+		Trigger: trigger, Pools: c.lb.Pools,
 	})
 	if err != nil {
 		logger.Error(err, "The metallb announcer is off")
 		return
 	}
+	if err := services.SetPools(c.lb.Pools()); err != nil {
+		logger.Error(err, "The pools in force cannot be named in MetalLB's annotations; the CloudConfig's are")
+	}
 	c.lb.SetAnnouncer(metallbServices{services})
 	t.goRun("metallb", r.Run)
+	t.goRun("", func(ctx context.Context) {
+		for {
+			changed := c.lb.PoolsChanged()
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			if err := services.SetPools(c.lb.Pools()); err != nil {
+				logger.Error(err, "The pools in force cannot be named in MetalLB's annotations; the previous ones stay")
+			}
+			select {
+			case trigger <- struct{}{}:
+			default:
+			}
+		}
+	})
 }
 
 // metallbServices adapts metallb.Services to lb.Announcer. After a write it advances

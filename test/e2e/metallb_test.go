@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -30,7 +31,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/metallb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/manifests"
@@ -562,7 +565,8 @@ func TestMetalLBServiceAnnotations(t *testing.T) {
 // TestMetalLBAnnouncerCCM runs the CCM process with loadBalancer.announcer: metallb and
 // the packaged RBAC (rbac.yaml and rbac-metallb.yaml): the service controller assigns
 // a Service its IP, the Service carries exactly that IP in metallb.io/loadBalancerIPs,
-// and MetalLB's IPAddressPool for the CCM pool exists with autoAssign false.
+// and MetalLB's IPAddressPool for the CCM pool exists with autoAssign false; an
+// IPPool added in the cluster gets its IPAddressPool too, and names a Service's.
 func TestMetalLBAnnouncerCCM(t *testing.T) {
 	l := newLabNoCCM(t)
 	setupMetalLB(l.ctx, t)
@@ -649,6 +653,45 @@ bgp:
 			return false, fmt.Errorf("pool %s has autoAssign %v (found %v), want false", p.GetName(), auto, found)
 		}
 		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// An IPPool added in the cluster: MetalLB gets its IPAddressPool, and a Service of
+	// it the annotation naming it.
+	ippools := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().IPPools()
+	poolName := "mlb-" + strings.ToLower(rand.String(5))
+	if _, err := ippools.Create(l.ctx, &v1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: poolName},
+		Spec: v1alpha1.IPPoolSpec{Addresses: []string{"198.51.100.96/29"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p, err := ippools.Get(context.Background(), poolName, metav1.GetOptions{}); err == nil {
+			p.Finalizers = nil
+			_, _ = ippools.Update(context.Background(), p, metav1.UpdateOptions{})
+			_ = ippools.Delete(context.Background(), poolName, metav1.DeleteOptions{})
+		}
+	})
+	err = framework.WaitFor(l.ctx, 60*time.Second, "MetalLB's IPAddressPool for IPPool "+poolName, func(ctx context.Context) (bool, error) {
+		p, err := admin.Resource(poolsGVR).Namespace(metallb.DefaultNamespace).Get(ctx, metallb.PoolName(poolName), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		addrs, _, _ := unstructured.NestedStringSlice(p.Object, "spec", "addresses")
+		return err == nil && slices.Contains(addrs, "198.51.100.96/29"), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pooled", Annotations: map[string]string{"baremetal-ccm.io/address-pool": poolName}},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Ports: []v1.ServicePort{{Protocol: v1.ProtocolTCP, Port: 80}}}}
+	if _, err := l.cp.Client.CoreV1().Services(ns).Create(l.ctx, pooled, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = framework.WaitFor(l.ctx, 60*time.Second, "pooled's metallb.io/address-pool", func(ctx context.Context) (bool, error) {
+		s, err := l.cp.Client.CoreV1().Services(ns).Get(ctx, "pooled", metav1.GetOptions{})
+		return err == nil && s.Annotations["metallb.io/address-pool"] == metallb.PoolName(poolName), err
 	})
 	if err != nil {
 		t.Fatal(err)

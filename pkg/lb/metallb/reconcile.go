@@ -123,8 +123,12 @@ type ReconcilerOptions struct {
 	// controller's, lbcontroller.LeaseFence.Check): a replica that no longer leads
 	// changes nothing. Optional.
 	Fence func(context.Context) error
-	// Trigger makes Run sync now (for example when the inventory changed). Optional.
+	// Trigger makes Run sync now (for example when the inventory or the pools
+	// changed). Optional.
 	Trigger <-chan struct{}
+	// Pools, when set, returns the pools in force (the CloudConfig's and the accepted
+	// IPPools'), used instead of Config's.
+	Pools func() []config.AddressPool
 	// PollInterval is how often Run checks the inventory digest and retries a failed
 	// sync. Default: 5s.
 	PollInterval time.Duration
@@ -239,7 +243,14 @@ func (r *Reconciler) Sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("not syncing MetalLB objects without an inventory: %w", err)
 	}
-	set, err := Objects(r.o.Config, view, r.o.Options)
+	cfg := r.o.Config
+	if r.o.Pools != nil && cfg.LoadBalancer != nil {
+		c, lb := *cfg, *cfg.LoadBalancer
+		lb.Pools = r.o.Pools()
+		c.LoadBalancer = &lb
+		cfg = &c
+	}
+	set, err := Objects(cfg, view, r.o.Options)
 	if err != nil {
 		return fmt.Errorf("not changing MetalLB objects: %w", err)
 	}

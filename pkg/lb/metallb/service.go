@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -50,9 +51,11 @@ var ErrNotAnnounceable = errors.New("MetalLB will not announce this Service")
 // written: the API server answers Conflict).
 type Services struct {
 	client  kubernetes.Interface
-	pools   []poolRanges
 	timeout time.Duration
 	fence   func(context.Context) error
+
+	mu    sync.RWMutex
+	pools []poolRanges
 }
 
 type poolRanges struct {
@@ -68,23 +71,38 @@ func NewServices(client kubernetes.Interface, lb *config.LoadBalancerConfig, fen
 	if lb == nil {
 		return s, nil
 	}
-	for _, p := range lb.Pools {
+	if err := s.SetPools(lb.Pools); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetPools replaces the pools the annotations name (the pools in force: the
+// CloudConfig's and the accepted IPPools'). On an error nothing changes.
+func (s *Services) SetPools(pools []config.AddressPool) error {
+	var prs []poolRanges
+	for _, p := range pools {
 		pr := poolRanges{name: p.Name}
 		for _, a := range p.Addresses {
 			first, last, err := config.ParseAddressRange(a)
 			if err != nil {
-				return nil, fmt.Errorf("pool %s: %w", p.Name, err)
+				return fmt.Errorf("pool %s: %w", p.Name, err)
 			}
 			pr.ranges = append(pr.ranges, [2]netip.Addr{first, last})
 		}
-		s.pools = append(s.pools, pr)
+		prs = append(prs, pr)
 	}
-	return s, nil
+	s.mu.Lock()
+	s.pools = prs
+	s.mu.Unlock()
+	return nil
 }
 
 // poolOf returns the CCM pool holding ip, or "".
 func (s *Services) poolOf(ip netip.Addr) string {
 	ip = ip.Unmap()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	for _, p := range s.pools {
 		for _, r := range p.ranges {
 			if ip.Compare(r[0]) >= 0 && ip.Compare(r[1]) <= 0 {
