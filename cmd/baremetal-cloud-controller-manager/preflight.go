@@ -8,6 +8,7 @@ import (
 	"k8s.io/cloud-provider/names"
 	genericcontrollermanager "k8s.io/controller-manager/app"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/preflight"
@@ -17,12 +18,12 @@ import (
 // newPreflight returns the monitor of what this replica needs in the cluster: the
 // CCM's namespace with the deletion guard's (and, with a loadBalancer section, the
 // pools') ConfigMap it may create, read and update, the leader-election Lease, the
-// load balancer's address claims, and (instances.outOfServiceAfter) listing pods and
-// VolumeAttachments. /readyz fails until it passes (systemd READY does
+// load balancer's address claims, (instances.outOfServiceAfter) listing pods and
+// VolumeAttachments, and the CRDs of the IPPools and BGPSessionStates it uses. /readyz fails until it passes (systemd READY does
 // not wait for it: the Node controllers work without the namespace); a change is
 // logged once and set as the condition baremetal-ccm.io/CCMPreflight on this
 // replica's Node, with an event, and as systemd's STATUS.
-func newPreflight(c *config.CompletedConfig, withLB, outOfService bool, nodeName string, n notifier) *preflight.Monitor {
+func newPreflight(c *config.CompletedConfig, withLB, withBGP, outOfService bool, nodeName string, n notifier) *preflight.Monitor {
 	ns := provider.GuardStateNamespace
 	guard := "the deletion guard's state"
 	perms := []preflight.Permission{
@@ -54,9 +55,18 @@ func newPreflight(c *config.CompletedConfig, withLB, outOfService bool, nodeName
 		}
 		perms = append(perms, preflight.Permission{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: le.ResourceNamespace, For: "leader election"})
 	}
+	// The project's CRDs: the pools managed in the cluster, the speakers' sessions.
+	const fixCRDs = "baremetal-ccmctl manifests crds | kubectl apply -f - (the same objects as packaging/kubernetes/crds.yaml)"
+	var resources []preflight.Resource
+	if withLB {
+		resources = append(resources, preflight.Resource{Group: v1alpha1.GroupName, Version: "v1alpha1", Resource: "ippools", For: "IP pools managed in the cluster", Fix: fixCRDs})
+	}
+	if withBGP {
+		resources = append(resources, preflight.Resource{Group: v1alpha1.GroupName, Version: "v1alpha1", Resource: "bgpsessionstates", For: "publishing this replica's BGP sessions", Fix: fixCRDs})
+	}
 	client := c.ClientBuilder.ClientOrDie("baremetal-preflight")
 	return &preflight.Monitor{
-		Checker: &preflight.Checker{Client: client, Namespace: ns, ConfigMap: inventory.StateConfigMapName, NamespaceFor: holds, Permissions: perms},
+		Checker: &preflight.Checker{Client: client, Namespace: ns, ConfigMap: inventory.StateConfigMapName, NamespaceFor: holds, Permissions: perms, Resources: resources},
 		Reporters: []preflight.Reporter{
 			&preflight.NodeReporter{Client: client, Recorder: c.EventRecorder, NodeName: nodeName},
 			systemdStatus{n},

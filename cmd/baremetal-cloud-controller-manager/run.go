@@ -35,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/internal/testhook"
+	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/informerscope"
 	lbcontroller "github.com/baremetal-ccm/baremetal-ccm/pkg/lb/controller"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
@@ -129,7 +130,9 @@ func run(ctx context.Context, c *config.CompletedConfig, cloud cloudprovider.Int
 		if c.ComponentConfig.Generic.LeaderElection.LeaderElect {
 			bc.SetFence(leaseFence(c))
 		}
-		p.setPreflight(newPreflight(c, bc.Config().LoadBalancer != nil, bc.Config().Instances.OutOfServiceAfter != nil, p.nodeName, p.notifier))
+		cfg := bc.Config()
+		speaks := cfg.BGP != nil && p.nodeName != "" && (cfg.LoadBalancer == nil || cfg.LoadBalancer.Announcer != bmconfig.AnnouncerMetalLB)
+		p.setPreflight(newPreflight(c, cfg.LoadBalancer != nil, speaks, cfg.Instances.OutOfServiceAfter != nil, p.nodeName, p.notifier))
 		go p.preflightMonitor().Run(ctx)
 	}
 

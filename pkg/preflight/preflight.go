@@ -1,7 +1,8 @@
 // Package preflight checks that the cluster has what a CCM replica needs besides its
 // ClusterRole's reads: its own namespace, where the deletion guard keeps its state and
 // the leader publishes the pools' use, and the permissions to write there, to claim
-// load-balancer addresses and to hold the leader-election Lease. The CCM does not
+// load-balancer addresses and to hold the leader-election Lease, and the project's
+// CRDs (IPPool, BGPSessionState). The CCM does not
 // create its namespace (that would take the power to create any namespace): the
 // packaged RBAC manifest does. Until the check passes the replica is not ready, and
 // says in one line what is missing and the command that fixes it: in its log, in
@@ -63,6 +64,13 @@ func (p Permission) String() string {
 	return p.Verb + " " + r
 }
 
+// Resource is an API resource the replica uses, served from a CRD.
+type Resource struct {
+	Group, Version, Resource string
+	// For says what needs it; Fix how to install it.
+	For, Fix string
+}
+
 // Problem is one missing piece and the command that fixes it.
 type Problem struct {
 	What, Fix string
@@ -101,6 +109,8 @@ type Checker struct {
 	// NamespaceFor says what the namespace holds, for the message.
 	NamespaceFor string
 	Permissions  []Permission
+	// Resources are the API resources (served from CRDs) the replica uses.
+	Resources []Resource
 	// Timeout bounds one check (default 10 s).
 	Timeout time.Duration
 }
@@ -132,6 +142,30 @@ func (c *Checker) Check(ctx context.Context) (Result, error) {
 			})
 		default:
 			return r, fmt.Errorf("%w: dry-run create of ConfigMap %s/%s: %w", ErrInconclusive, c.Namespace, c.ConfigMap, err)
+		}
+	}
+	served := map[string][]string{}
+	for _, res := range c.Resources {
+		gv := res.Group + "/" + res.Version
+		names, ok := served[gv]
+		if !ok {
+			list, err := c.Client.Discovery().ServerResourcesForGroupVersion(gv)
+			switch {
+			case err == nil:
+				for _, r := range list.APIResources {
+					names = append(names, r.Name)
+				}
+			case apierrors.IsNotFound(err):
+			default:
+				return r, fmt.Errorf("%w: discovery of %s: %w", ErrInconclusive, gv, err)
+			}
+			served[gv] = names
+		}
+		if !slices.Contains(names, res.Resource) {
+			r.Problems = append(r.Problems, Problem{
+				What: fmt.Sprintf("the API server does not serve %s.%s/%s: its CustomResourceDefinition is not installed (for %s)", res.Resource, res.Group, res.Version, res.For),
+				Fix:  res.Fix,
+			})
 		}
 	}
 	for _, p := range c.Permissions {

@@ -229,3 +229,30 @@ func TestNodeReporter(t *testing.T) {
 		t.Errorf("a replica without a Node: %v", err)
 	}
 }
+
+// A CRD the replica uses that the API server does not serve is named with its fix.
+func TestCheckResources(t *testing.T) {
+	c := cluster(nil)
+	ck := checker(c)
+	ck.Resources = []Resource{
+		{Group: "baremetal-ccm.io", Version: "v1alpha1", Resource: "ippools", For: "IP pools", Fix: "apply the CRDs"},
+		{Group: "baremetal-ccm.io", Version: "v1alpha1", Resource: "bgpsessionstates", For: "sessions", Fix: "apply the CRDs"},
+	}
+	r, err := ck.Check(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := r.String(); r.OK() || !strings.Contains(s, "does not serve ippools.baremetal-ccm.io/v1alpha1: its CustomResourceDefinition is not installed (for IP pools)") ||
+		!strings.Contains(s, "bgpsessionstates") || strings.Count(s, "apply the CRDs") != 1 {
+		t.Errorf("no CRDs: %s", s)
+	}
+	c.Resources = []*metav1.APIResourceList{{GroupVersion: "baremetal-ccm.io/v1alpha1", APIResources: []metav1.APIResource{{Name: "ippools"}}}}
+	r, _ = ck.Check(context.Background())
+	if s := r.String(); r.OK() || strings.Contains(s, "ippools") || !strings.Contains(s, "bgpsessionstates") {
+		t.Errorf("one CRD: %s", s)
+	}
+	c.Resources[0].APIResources = append(c.Resources[0].APIResources, metav1.APIResource{Name: "bgpsessionstates"})
+	if r, _ = ck.Check(context.Background()); !r.OK() {
+		t.Errorf("both CRDs: %s", r)
+	}
+}
