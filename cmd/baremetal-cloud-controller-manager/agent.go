@@ -69,13 +69,15 @@ type agentDeps struct {
 	// speaker is their spec.speaker.
 	sessions versioned.Interface
 	speaker  string
+	// pools, when set, is waited for (bounded) before the agent starts announcing.
+	pools *pools.Watcher
 }
 
 // startAgent runs the replica-local agent (BGP announcements, route mirror) on every
 // replica, leader or not, when the CloudConfig asks for any of it (else the agent
 // is nil). The returned channel closes when the agent has stopped and withdrawn its
 // routes.
-func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.Cloud, f *agentFlags) (*agent.Agent, <-chan struct{}, error) {
+func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.Cloud, f *agentFlags, pw *pools.Watcher) (*agent.Agent, <-chan struct{}, error) {
 	cfg := cloud.Config()
 	if cfg.BGP == nil && cfg.Routes == nil {
 		done := make(chan struct{})
@@ -83,7 +85,7 @@ func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.
 		return nil, done, nil
 	}
 	var err error
-	d := agentDeps{cfg: cfg, kernel: cloud.Kernel(), store: cloud.Store(), start: cloud.Start}
+	d := agentDeps{cfg: cfg, kernel: cloud.Kernel(), store: cloud.Store(), start: cloud.Start, pools: pw}
 	if b := cloud.Balancer(); b != nil {
 		d.poolOf = b.Allocator().PoolOf
 	}
@@ -104,28 +106,34 @@ func startAgent(ctx context.Context, c *config.CompletedConfig, cloud *provider.
 
 // startPools keeps this replica's pools equal to the CloudConfig's plus the IPPools
 // the leader accepted, for the process's life (every replica, leader or not): the
-// allocator (the leader allocates from it) and the agent (its pools' communities).
-func startPools(ctx context.Context, c *config.CompletedConfig, cloud *provider.Cloud, a *agent.Agent) {
+// allocator (the leader allocates from it) and the agent (its pools' communities;
+// resync is called after a change). It returns the watcher (nil without a
+// loadBalancer section), whose Synced the agent waits for before announcing.
+func startPools(ctx context.Context, c *config.CompletedConfig, cloud *provider.Cloud, resync func()) *pools.Watcher {
 	b := cloud.Balancer()
 	if b == nil {
-		return
+		return nil
 	}
 	objects, err := speakerstatus.NewClient(c.ClientBuilder.ConfigOrDie("baremetal-ccm-pools"))
 	if err != nil {
 		klog.ErrorS(err, "IPPools are not watched: only the CloudConfig's pools are in force")
-		return
+		return nil
 	}
-	w := &pools.Watcher{File: cloud.Config().LoadBalancer.Pools, Apply: func(_ context.Context, ps []bmconfig.AddressPool) error {
+	w := &pools.Watcher{File: cloud.Config().LoadBalancer.Pools, Synced: make(chan struct{}), Apply: func(_ context.Context, ps []bmconfig.AddressPool) error {
 		if err := b.SetPools(ps); err != nil {
 			return err
 		}
-		if a != nil {
-			a.Resync()
-		}
+		resync()
 		return nil
 	}}
 	go w.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("pools")), bmccminformers.NewSharedInformerFactory(objects, 0))
+	return w
 }
+
+// poolsSyncTimeout bounds how long a speaker waits for the IPPools before its first
+// announcements (then it announces the CloudConfig's pools, and the IPPools' once
+// they are read).
+const poolsSyncTimeout = 10 * time.Second
 
 func parseRouterID(s string) (netip.Addr, error) {
 	rid, err := netip.ParseAddr(s)
@@ -180,6 +188,9 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 	a, err := agent.New(opts)
 	if err != nil {
 		return nil, nil, err
+	}
+	if d.pools != nil && !d.pools.WaitSynced(ctx, poolsSyncTimeout) {
+		logger.Info("Warning: the IPPools were not read in time; announcing the CloudConfig's pools until they are", "waited", poolsSyncTimeout)
 	}
 	go func() {
 		defer close(done)

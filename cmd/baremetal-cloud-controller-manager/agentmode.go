@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -150,21 +151,26 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(informed, 0, informers.WithTransform(trim.Object))
 	nodes = factory.Core().V1().Nodes().Informer()
+	var started atomic.Pointer[agent.Agent]
+	if poolSet != nil {
+		// The IPPools the leader accepted, with the CloudConfig's: read before the
+		// agent's first announcements.
+		d.pools = &pools.Watcher{File: cfg.LoadBalancer.Pools, Synced: make(chan struct{}), Apply: func(_ context.Context, ps []bmconfig.AddressPool) error {
+			if err := poolSet.SetPools(ps); err != nil {
+				return err
+			}
+			if a := started.Load(); a != nil {
+				a.Resync()
+			}
+			return nil
+		}}
+		go d.pools.Run(ctx, bmccminformers.NewSharedInformerFactory(d.sessions, 0))
+	}
 	a, done, err := runAgent(ctx, client, factory, d, *nodeName)
 	if err != nil {
 		return fail(err)
 	}
-	if poolSet != nil {
-		// The IPPools the leader accepted, with the CloudConfig's.
-		w := &pools.Watcher{File: cfg.LoadBalancer.Pools, Apply: func(_ context.Context, ps []bmconfig.AddressPool) error {
-			if err := poolSet.SetPools(ps); err != nil {
-				return err
-			}
-			a.Resync()
-			return nil
-		}}
-		go w.Run(ctx, bmccminformers.NewSharedInformerFactory(d.sessions, 0))
-	}
+	started.Store(a)
 	if srv != nil {
 		go srv.Serve(ctx)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/internal/gctune"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/sdnotify"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/trim"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/agent"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/informerscope"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
@@ -105,16 +107,23 @@ func main() {
 		bareCloud.Start(ctx)
 		// The agent runs on every replica, leader or not: it starts before leader
 		// election and uses the same informer factory as the controllers.
-		a, done, err := startAgent(ctx, c, bareCloud, &flags)
+		// The IPPools are read before the agent's first announcements.
+		var started atomic.Pointer[agent.Agent]
+		poolWatcher := startPools(ctx, c, bareCloud, func() {
+			if a := started.Load(); a != nil {
+				a.Resync()
+			}
+		})
+		a, done, err := startAgent(ctx, c, bareCloud, &flags, poolWatcher)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
 			os.Exit(1)
 		}
 		if a != nil {
 			p.agent = a
+			started.Store(a)
 		}
 		agentDone = done
-		startPools(ctx, c, bareCloud, a)
 		go notifyWhenServing(ctx, c, p)
 		return cloud
 	}

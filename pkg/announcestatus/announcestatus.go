@@ -206,12 +206,15 @@ func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node, sessions []*v
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
-	var replicas, agents []speakerstatus.Speaker
+	// Described once per pass, not once per Service.
+	var replicas, agents []speaker
 	for _, s := range speakerstatus.Fresh(sessions, now) {
+		sp := speaker{node: s.Node}
+		sp.desc, sp.up = describe(s)
 		if s.Kind == v1alpha1.SpeakerAgent {
-			agents = append(agents, s)
+			agents = append(agents, sp)
 		} else {
-			replicas = append(replicas, s)
+			replicas = append(replicas, sp)
 		}
 	}
 	slicesOf := func(ns, name string) []*discoveryv1.EndpointSlice {
@@ -274,7 +277,7 @@ func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node, sessions []*v
 }
 
 // bgpCondition is the condition of a Service announced by the embedded speakers.
-func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas, agents []speakerstatus.Speaker, byName map[string]*v1.Node, hops, draining map[netip.Prefix][]netip.Addr, nodeOf map[netip.Addr]string, slicesOf func(string, string) []*discoveryv1.EndpointSlice) metav1.Condition {
+func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas, agents []speaker, byName map[string]*v1.Node, hops, draining map[netip.Prefix][]netip.Addr, nodeOf map[netip.Addr]string, slicesOf func(string, string) []*discoveryv1.EndpointSlice) metav1.Condition {
 	cond := metav1.Condition{Type: lb.ConditionAnnounced, Status: metav1.ConditionFalse}
 	if c.o.Pool != nil {
 		var out []string
@@ -303,14 +306,13 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas, a
 	// eligible nodes as next hops.
 	var by, notBy []string
 	for _, r := range replicas {
-		desc, up := describe(r)
 		switch {
-		case !up:
-			notBy = append(notBy, desc)
-		case mode == config.NextHopSelf && local && !ready[r.Node]:
-			notBy = append(notBy, r.Node+" (no ready local endpoint)")
+		case !r.up:
+			notBy = append(notBy, r.desc)
+		case mode == config.NextHopSelf && local && !ready[r.node]:
+			notBy = append(notBy, r.node+" (no ready local endpoint)")
 		default:
-			by = append(by, desc)
+			by = append(by, r.desc)
 		}
 	}
 	// A worker agent announces its own node as next hop while the node takes
@@ -319,28 +321,27 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas, a
 	var localReady map[string]bool
 	counted := 0
 	for _, a := range agents {
-		n, known := byName[a.Node]
+		n, known := byName[a.node]
 		if !known {
 			continue // its Node is gone: it announces nothing (its objects go with it)
 		}
 		counted++
-		desc, up := describe(a)
 		switch {
-		case !up:
-			agentsNotBy = append(agentsNotBy, desc)
+		case !a.up:
+			agentsNotBy = append(agentsNotBy, a.desc)
 		case !lb.Eligible(n):
-			agentsNotBy = append(agentsNotBy, a.Node+" (node takes no traffic)")
+			agentsNotBy = append(agentsNotBy, a.node+" (node takes no traffic)")
 		case local:
 			if localReady == nil {
 				localReady = lb.ReadyEndpointNodes(slicesOf(svc.Namespace, svc.Name))
 			}
-			if !localReady[a.Node] {
-				agentsNotBy = append(agentsNotBy, a.Node+" (no ready local endpoint)")
+			if !localReady[a.node] {
+				agentsNotBy = append(agentsNotBy, a.node+" (no ready local endpoint)")
 				continue
 			}
-			agentsBy = append(agentsBy, desc)
+			agentsBy = append(agentsBy, a.desc)
 		default:
-			agentsBy = append(agentsBy, desc)
+			agentsBy = append(agentsBy, a.desc)
 		}
 	}
 	var b strings.Builder
@@ -408,6 +409,12 @@ func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas, a
 	}
 	cond.Message = b.String()
 	return cond
+}
+
+// speaker is a speaker as the condition names it.
+type speaker struct {
+	node, desc string
+	up         bool
 }
 
 // describe names a speaker's node and sessions, and whether one is up.

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -141,15 +142,44 @@ func New(cfg *config.LoadBalancerConfig, events EventRecorder) (*LoadBalancer, e
 // in force: every address held stays held (ipam.Allocator.SetPools), and waiters on
 // PoolsChanged are woken. On an error nothing changes.
 func (l *LoadBalancer) SetPools(pools []config.AddressPool) error {
+	if l.samePools(pools) {
+		return nil
+	}
 	if err := l.alloc.SetPools(pools); err != nil {
 		return err
 	}
+	l.poolsChange(pools)
+	return nil
+}
+
+// SetPoolsKeeping is SetPools, refusing (ipam.ErrWouldStrand) pools that leave out an
+// address held in a pool now: the leader's IPPool controller applies with it before
+// it writes what it decided.
+func (l *LoadBalancer) SetPoolsKeeping(pools []config.AddressPool) error {
+	if l.samePools(pools) {
+		return nil
+	}
+	if err := l.alloc.SetPoolsKeeping(pools); err != nil {
+		return err
+	}
+	l.poolsChange(pools)
+	return nil
+}
+
+// samePools reports whether pools are those in force already (nothing to do, nobody
+// to wake).
+func (l *LoadBalancer) samePools(pools []config.AddressPool) bool {
+	l.poolsMu.Lock()
+	defer l.poolsMu.Unlock()
+	return reflect.DeepEqual(l.pools, pools)
+}
+
+func (l *LoadBalancer) poolsChange(pools []config.AddressPool) {
 	l.poolsMu.Lock()
 	l.pools = slices.Clone(pools)
 	close(l.poolsChanged)
 	l.poolsChanged = make(chan struct{})
 	l.poolsMu.Unlock()
-	return nil
 }
 
 // Pools returns the pools in force.

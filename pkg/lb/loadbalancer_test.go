@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
 )
 
 type event struct{ typ, reason, msg string }
@@ -291,5 +293,40 @@ func TestStaleAllocatorNeverMovesAnIP(t *testing.T) {
 	other.Annotations = map[string]string{"baremetal-ccm.io/load-balancer-ips": "192.0.2.1"}
 	if _, err := l.EnsureLoadBalancer(ctx, "c", other, nil); err == nil {
 		t.Fatal("another Service got 192.0.2.1, which kept holds")
+	}
+}
+
+// SetPools wakes PoolsChanged only when the pools change; SetPoolsKeeping refuses a set
+// that strands a held address.
+func TestSetPoolsWakesOnChange(t *testing.T) {
+	l, err := New(&config.LoadBalancerConfig{Pools: []config.AddressPool{{Name: "p", Addresses: []string{"192.0.2.0/30"}}}}, &recorder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := l.PoolsChanged()
+	if err := l.SetPools(slices.Clone(l.Pools())); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+		t.Error("the same pools woke PoolsChanged")
+	default:
+	}
+	if err := l.SetPools([]config.AddressPool{{Name: "p", Addresses: []string{"192.0.2.0/29"}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	default:
+		t.Error("new pools did not wake PoolsChanged")
+	}
+	if _, err := l.Allocator().Assign("ns/s", ipam.Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetPoolsKeeping([]config.AddressPool{{Name: "p", Addresses: []string{"192.0.2.4/30"}}}); !errors.Is(err, ipam.ErrWouldStrand) {
+		t.Errorf("stranding: %v", err)
+	}
+	if got := l.Pools()[0].Addresses[0]; got != "192.0.2.0/29" {
+		t.Errorf("a refused set is in force: %s", got)
 	}
 }

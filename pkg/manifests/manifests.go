@@ -366,7 +366,8 @@ const AgentPolicy = "baremetal-ccm-agent-own-node"
 // AgentPolicyObjects returns the ValidatingAdmissionPolicy AgentPolicy and its
 // binding: a request from an agent (group AgentGroup, or the ServiceAccount
 // AgentServiceAccount) that creates, updates or deletes a BGPSessionState is allowed
-// only when the object's spec.node, before and after, is the agent's node: the name
+// only when the object's spec.node, before and after, is the agent's node (and its
+// spec.speaker is Agent): the name
 // after AgentUserPrefix in its certificate's user, or the node a ServiceAccount token
 // is bound to (authentication.kubernetes.io/node-name, set for tokens bound to a Pod).
 // The CRD's own rules tie the object's name to spec.node.
@@ -404,6 +405,12 @@ func AgentPolicyObjects() []any {
 					MessageExpression: "variables.requester == '' ? 'this agent identity names no node: use a client certificate for " + AgentUserPrefix + "<node> (baremetal-ccmctl agent kubeconfig) or a ServiceAccount token bound to a Pod on the node' : " +
 						"'the agent of node ' + variables.requester + ' may write only its own node\\'s BGPSessionState objects, not those of node ' + variables.node",
 					Reason: &forbidden,
+				}, {
+					// An agent speaks as an agent: it cannot pass its sessions off as a
+					// CCM replica's.
+					Expression:        "request.operation == 'DELETE' || object.spec.speaker == 'Agent'",
+					MessageExpression: "'the agent of node ' + variables.requester + ' may write only spec.speaker Agent'",
+					Reason:            &forbidden,
 				}},
 			},
 		},

@@ -131,7 +131,7 @@ func TestAgentRBAC(t *testing.T) {
 			}
 		case *admissionregistrationv1.ValidatingAdmissionPolicy:
 			kinds = append(kinds, "ValidatingAdmissionPolicy")
-			if o.Name != AgentPolicy || *o.Spec.FailurePolicy != admissionregistrationv1.Fail || len(o.Spec.Validations) != 1 ||
+			if o.Name != AgentPolicy || *o.Spec.FailurePolicy != admissionregistrationv1.Fail || len(o.Spec.Validations) != 2 ||
 				!strings.Contains(o.Spec.MatchConditions[0].Expression, AgentGroup) || !strings.Contains(o.Spec.MatchConditions[0].Expression, "system:serviceaccount:kube-system:baremetal-ccm-agent") {
 				t.Errorf("policy %s: %+v", o.Name, o.Spec)
 			}

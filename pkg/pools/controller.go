@@ -33,9 +33,18 @@ type Controller struct {
 	Synced []cache.InformerSynced
 	// File are the CloudConfig's pools.
 	File []config.AddressPool
-	// InUse returns every address a Service's status shows (Synced covers its
-	// cache): a pool change never takes one of them away.
-	InUse func() []netip.Addr
+	// Holders returns every address a Service's status shows, with the Service's
+	// namespace and labels (Synced covers its cache): a pool change never takes one
+	// of them away, nor stops admitting its Service.
+	Holders func() []Holder
+	// Allocated returns every address the leader's allocator holds (some not yet in
+	// any status).
+	Allocated func() []netip.Addr
+	// Apply puts a pool set in force in the leader's allocator before any status
+	// says so, refusing one that leaves out an address held in a pool
+	// (ipam.ErrWouldStrand): then nothing is written and the next pass decides
+	// again. Nil: nothing is applied here (the Watcher applies the statuses).
+	Apply func([]config.AddressPool) error
 	// Usage returns every pool's size and use per family.
 	Usage func() []ipam.PoolUsage
 	// Kick, when it receives, starts a pass at once (IPPool events).
@@ -133,10 +142,23 @@ func (c *Controller) Pass(ctx context.Context) {
 			usage[u.Pool] = cur
 		}
 	}
-	var inUse []netip.Addr
-	if c.InUse != nil {
-		inUse = c.InUse()
+	var inUse []Holder
+	if c.Holders != nil {
+		inUse = c.Holders()
 	}
+	if c.Allocated != nil {
+		for _, ip := range c.Allocated() {
+			inUse = append(inUse, Holder{IP: ip})
+		}
+	}
+	// Decide every object, then put the new set in force here, then say so.
+	type write struct {
+		o       *v1alpha1.IPPool
+		cond    metav1.Condition
+		applied *v1alpha1.IPPoolSpec
+	}
+	var writes []write
+	decided := make([]*v1alpha1.IPPool, 0, len(objs))
 	for _, o := range objs {
 		o = o.DeepCopy()
 		applied := o.Status.Applied
@@ -147,12 +169,16 @@ func (c *Controller) Pass(ctx context.Context) {
 			}
 			if ips, n := held(applied, nil, o.Name, inUse, heldShown); n > 0 {
 				cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.PoolReasonDeletionHeld
-				cond.Message = fmt.Sprintf("being deleted, but Services hold %d of its addresses (%s): it stays in force until they release them", n, strings.Join(ips, ", "))
-				c.writeStatus(ctx, o, cond, applied, usage[o.Name], now())
+				cond.Message = fmt.Sprintf("being deleted, but Services hold %d of its addresses (%s): it stays in force, assigning no new address, until they release them", n, strings.Join(ips, ", "))
+				writes = append(writes, write{o, cond, applied})
+				decided = append(decided, withApplied(o, applied))
 				continue
 			}
 			o.Finalizers = slices.DeleteFunc(o.Finalizers, func(f string) bool { return f == v1alpha1.PoolFinalizer })
-			if _, err := c.Client.BaremetalCCMV1alpha1().IPPools().Update(ctx, o, metav1.UpdateOptions{}); err != nil {
+			uctx, cancel := context.WithTimeout(ctx, writeTimeout)
+			_, err := c.Client.BaremetalCCMV1alpha1().IPPools().Update(uctx, o, metav1.UpdateOptions{})
+			cancel()
+			if err != nil {
 				logger.V(2).Info("Releasing a deleted IPPool failed; retrying", "pool", o.Name, "err", err)
 			} else {
 				delete(inForce, o.Name)
@@ -162,7 +188,9 @@ func (c *Controller) Pass(ctx context.Context) {
 		}
 		if !slices.Contains(o.Finalizers, v1alpha1.PoolFinalizer) {
 			o.Finalizers = append(o.Finalizers, v1alpha1.PoolFinalizer)
-			updated, err := c.Client.BaremetalCCMV1alpha1().IPPools().Update(ctx, o, metav1.UpdateOptions{})
+			uctx, cancel := context.WithTimeout(ctx, writeTimeout)
+			updated, err := c.Client.BaremetalCCMV1alpha1().IPPools().Update(uctx, o, metav1.UpdateOptions{})
+			cancel()
 			if err != nil {
 				logger.V(2).Info("Adding the finalizer to an IPPool failed; retrying", "pool", o.Name, "err", err)
 				continue
@@ -181,7 +209,7 @@ func (c *Controller) Pass(ctx context.Context) {
 		default:
 			if ips, n := held(applied, &o.Spec, o.Name, inUse, heldShown); n > 0 {
 				cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.PoolReasonShrinkHeld
-				cond.Message = fmt.Sprintf("the spec takes away %d addresses Services hold (%s): the last accepted spec (status.applied) stays in force until they release them", n, strings.Join(ips, ", "))
+				cond.Message = fmt.Sprintf("the spec takes away %d addresses Services hold, or no longer admits the Services holding them (%s): the last accepted spec (status.applied) stays in force until they release them", n, strings.Join(ips, ", "))
 				break
 			}
 			applied = o.Spec.DeepCopy()
@@ -190,8 +218,28 @@ func (c *Controller) Pass(ctx context.Context) {
 			cfg := ToConfig(o.Name, applied)
 			inForce[o.Name] = spans(&cfg)
 		}
-		c.writeStatus(ctx, o, cond, applied, usage[o.Name], now())
+		writes = append(writes, write{o, cond, applied})
+		decided = append(decided, withApplied(o, applied))
 	}
+	if c.Apply != nil {
+		if err := c.Apply(Effective(c.File, decided)); err != nil {
+			logger.Info("Warning: the IPPools decided cannot be put in force yet; deciding again at the next pass", "err", err)
+			return
+		}
+	}
+	for _, w := range writes {
+		c.writeStatus(ctx, w.o, w.cond, w.applied, usage[w.o.Name], now())
+	}
+}
+
+// writeTimeout bounds one write to the API server.
+const writeTimeout = 10 * time.Second
+
+// withApplied is a copy of o whose status.applied is applied.
+func withApplied(o *v1alpha1.IPPool, applied *v1alpha1.IPPoolSpec) *v1alpha1.IPPool {
+	c := o.DeepCopy()
+	c.Status.Applied = applied
+	return c
 }
 
 // writeStatus writes o's status when it differs.
@@ -209,6 +257,8 @@ func (c *Controller) writeStatus(ctx context.Context, o *v1alpha1.IPPool, cond m
 		return
 	}
 	o.Status = *st
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	if _, err := c.Client.BaremetalCCMV1alpha1().IPPools().UpdateStatus(ctx, o, metav1.UpdateOptions{}); err != nil {
 		klog.FromContext(ctx).V(2).Info("Writing an IPPool's status failed; retrying", "pool", o.Name, "err", err)
 		return

@@ -57,8 +57,14 @@ func FromMetalLB(m MetalLB) Imported {
 			f := false
 			s.AutoAssign = &f
 		}
+		// MetalLB tries pools with a priority (lower first) before those without (0),
+		// and restricted pools before open ones at equal priority; here lower goes
+		// first and 0 is the default, so unset becomes last.
+		s.Priority = unsetPriority
 		if al := p.Spec.AllocateTo; al != nil {
-			s.Priority = int32(al.Priority)
+			if al.Priority > 0 {
+				s.Priority = int32(min(al.Priority, unsetPriority-1))
+			}
 			s.Namespaces = slices.Clone(al.Namespaces)
 			if len(al.NamespaceSelectors) > 0 {
 				warn("%s: serviceAllocation.namespaceSelectors not imported (an IPPool restricts by namespace names): list the namespaces in spec.namespaces", name)
@@ -120,6 +126,11 @@ func FromMetalLB(m MetalLB) Imported {
 		})
 	}
 	sort.Slice(out.Pools, func(i, j int) bool { return out.Pools[i].Name < out.Pools[j].Name })
+	if len(m.Pools) > 1 && slices.ContainsFunc(m.Pools, func(p metallbv1beta1.IPAddressPool) bool {
+		return p.Spec.AllocateTo != nil && (len(p.Spec.AllocateTo.Namespaces) > 0 || len(p.Spec.AllocateTo.ServiceSelectors) > 0)
+	}) {
+		warn("MetalLB tries restricted pools (serviceAllocation namespaces or selectors) before open ones of the same priority; baremetal-ccm orders by priority, then name: give the restricted pools a lower priority to keep MetalLB's order")
+	}
 	for _, a := range m.Advertisements {
 		for _, name := range a.Spec.IPAddressPools {
 			if !slices.ContainsFunc(m.Pools, func(p metallbv1beta1.IPAddressPool) bool { return p.Name == name }) {
@@ -156,6 +167,10 @@ func FromMetalLB(m MetalLB) Imported {
 	slices.Sort(out.Warnings)
 	return out
 }
+
+// unsetPriority is the IPPool priority of a MetalLB pool without one: after every
+// pool with one, as MetalLB orders them.
+const unsetPriority = 1 << 20
 
 // selects reports whether advertisement a applies to pool p: it names it, its
 // selectors match its labels, or it names and selects none (every pool).

@@ -47,6 +47,9 @@ func TestFromMetalLB(t *testing.T) {
 	if !slices.Equal(p.Communities, []string{"65535:65282", "65000:1"}) || !slices.Equal(p.LargeCommunities, []string{"65000:1:2"}) || *p.LocalPreference != 200 {
 		t.Errorf("public's advertisement: communities %v, large %v, localPref %v", p.Communities, p.LargeCommunities, *p.LocalPreference)
 	}
+	if got.Pools[1].Spec.Priority != unsetPriority {
+		t.Errorf("a pool without priority: %d, want after every pool with one", got.Pools[1].Spec.Priority)
+	}
 	if got.LocalASN != 64512 || len(got.Peers) != 2 || got.Peers[0].Address != "10.0.0.1" || got.Peers[0].ASN != 65001 || got.Peers[0].EBGPMultihop != 255 || got.Peers[0].PasswordFile != "" {
 		t.Errorf("peers: %d %+v", got.LocalASN, got.Peers)
 	}
@@ -54,7 +57,7 @@ func TestFromMetalLB(t *testing.T) {
 	for _, want := range []string{
 		"namespaceSelectors not imported", "2 serviceAllocation.serviceSelectors", "localPref 150 and 200", "goes only to peers [tor-a]",
 		"IPAddressPool metallb-system/quiet: no BGPAdvertisement selects it", "names IPAddressPool gone", "password is not copied",
-		"myASN 64513 differs from 64512", "bfdProfile is not imported",
+		"myASN 64513 differs from 64512", "bfdProfile is not imported", "restricted pools",
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no warning says %q:\n%s", want, all)

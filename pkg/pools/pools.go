@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -69,22 +71,43 @@ func FromConfig(p *config.AddressPool) v1alpha1.IPPoolSpec {
 }
 
 // Effective is the pool set every process applies: file, then each object's
-// status.applied (by name) whose name no file pool has. Objects are not checked
-// again: the leader's Controller applied only what it accepted.
+// status.applied, oldest first (creation time, then name), leaving out any whose name
+// or addresses a pool before it has (the CloudConfig always wins; the leader says
+// Conflict), so every process gets the same valid set. A pool being deleted stays
+// while held but assigns no new address (autoAssign off). Objects are not checked
+// otherwise: the leader's Controller applied only what it accepted.
 func Effective(file []config.AddressPool, objs []*v1alpha1.IPPool) []config.AddressPool {
 	out := slices.Clone(file)
 	names := map[string]bool{}
-	for _, p := range file {
-		names[p.Name] = true
+	var taken []span
+	for i := range file {
+		names[file[i].Name] = true
+		taken = append(taken, spans(&file[i])...)
 	}
 	sorted := slices.Clone(objs)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	sort.Slice(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
 	for _, o := range sorted {
 		if o.Status.Applied == nil || names[o.Name] {
 			continue
 		}
+		p := ToConfig(o.Name, o.Status.Applied)
+		mine := spans(&p)
+		if slices.ContainsFunc(mine, func(s span) bool { return slices.ContainsFunc(taken, s.overlaps) }) {
+			continue
+		}
+		if o.DeletionTimestamp != nil {
+			f := false
+			p.AutoAssign = &f
+		}
 		names[o.Name] = true
-		out = append(out, ToConfig(o.Name, o.Status.Applied))
+		taken = append(taken, mine...)
+		out = append(out, p)
 	}
 	return out
 }
@@ -168,36 +191,61 @@ func check(o *v1alpha1.IPPool, file map[string]*config.AddressPool, accepted []s
 	return "", ""
 }
 
-// held returns the addresses of old (the spec in force) in inUse that spec (nil: the
-// pool goes) no longer contains, at most limit of them, and how many there are.
-func held(old, spec *v1alpha1.IPPoolSpec, name string, inUse []netip.Addr, limit int) ([]string, int) {
+// Holder is an address in use and, when a Service's status shows it, that Service's
+// namespace and labels (Known).
+type Holder struct {
+	IP        netip.Addr
+	Known     bool
+	Namespace string
+	Labels    map[string]string
+}
+
+// held returns the addresses of old (the spec in force) among inUse that spec (nil:
+// the pool goes) no longer contains, or whose Service it no longer admits (its
+// namespaces or serviceSelector), at most limit of them, and how many there are.
+func held(old, spec *v1alpha1.IPPoolSpec, name string, inUse []Holder, limit int) ([]string, int) {
 	if old == nil {
 		return nil, 0
 	}
 	oldCfg := ToConfig(name, old)
+	oldSpans := spans(&oldCfg)
 	var keep []span
+	var admits func(Holder) bool
 	if spec != nil {
 		c := ToConfig(name, spec)
 		keep = spans(&c)
+		var sel labels.Selector
+		if c.ServiceSelector != nil {
+			sel, _ = metav1.LabelSelectorAsSelector(c.ServiceSelector) // checked before
+		}
+		admits = func(h Holder) bool {
+			if !h.Known {
+				return true
+			}
+			if len(c.Namespaces) > 0 && !slices.Contains(c.Namespaces, h.Namespace) {
+				return false
+			}
+			return sel == nil || sel.Matches(labels.Set(h.Labels))
+		}
 	}
 	var out []string
-	n := 0
-	for _, ip := range inUse {
-		in := false
-		for _, s := range spans(&oldCfg) {
-			if s.contains(ip) {
-				in = true
-				break
-			}
-		}
-		buggy := spec != nil && spec.AvoidBuggyIPs && ip.Is4() && (ip.As4()[3] == 0 || ip.As4()[3] == 255)
-		if !in || !buggy && slices.ContainsFunc(keep, func(s span) bool { return s.contains(ip) }) {
+	seen := map[netip.Addr]bool{}
+	for _, h := range inUse {
+		ip := h.IP.Unmap()
+		if !slices.ContainsFunc(oldSpans, func(s span) bool { return s.contains(ip) }) {
 			continue
 		}
-		n++
+		buggy := spec != nil && spec.AvoidBuggyIPs && ip.Is4() && (ip.As4()[3] == 0 || ip.As4()[3] == 255)
+		if spec != nil && !buggy && slices.ContainsFunc(keep, func(s span) bool { return s.contains(ip) }) && admits(h) {
+			continue
+		}
+		if seen[ip] {
+			continue
+		}
+		seen[ip] = true
 		if len(out) < limit {
 			out = append(out, ip.String())
 		}
 	}
-	return out, n
+	return out, len(seen)
 }

@@ -34,7 +34,7 @@ type lab struct {
 	t      *testing.T
 	client *fake.Clientset
 	ctl    *Controller
-	inUse  []netip.Addr
+	inUse  []Holder
 }
 
 func newLab(t *testing.T, file []config.AddressPool, objs ...*v1alpha1.IPPool) *lab {
@@ -46,7 +46,7 @@ func newLab(t *testing.T, file []config.AddressPool, objs ...*v1alpha1.IPPool) *
 	}
 	l := &lab{t: t, client: client}
 	l.ctl = &Controller{Client: client, File: file, Clock: func() time.Time { return t0 },
-		InUse: func() []netip.Addr { return l.inUse },
+		Holders: func() []Holder { return l.inUse },
 		Usage: func() []ipam.PoolUsage {
 			return []ipam.PoolUsage{{Pool: "a", Family: "IPv4", Size: 4, Used: 1}, {Pool: "a", Family: "IPv6", Size: 1 << 63, Used: 0}}
 		}}
@@ -126,11 +126,11 @@ func TestControllerAcceptsInvalidatesAndHolds(t *testing.T) {
 		t.Errorf("after a bad change: applied %v, generation %d", a.Status.Applied.Addresses, a.Status.ObservedGeneration)
 	}
 	// A shrink that takes a held address: held, naming it.
-	l.inUse = []netip.Addr{netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.9.0.1")}
+	l.inUse = []Holder{{IP: netip.MustParseAddr("10.0.0.2")}, {IP: netip.MustParseAddr("10.9.0.1")}}
 	a.Spec.Addresses = []string{"10.0.0.0/31"}
 	l.update(a)
 	l.pass()
-	a = l.want("a", metav1.ConditionFalse, v1alpha1.PoolReasonShrinkHeld, "takes away 1 addresses Services hold (10.0.0.2)")
+	a = l.want("a", metav1.ConditionFalse, v1alpha1.PoolReasonShrinkHeld, "takes away 1 addresses Services hold, or no longer admits the Services holding them (10.0.0.2)")
 	if !slices.Equal(a.Status.Applied.Addresses, []string{"10.0.0.0/30", "fd00::/64"}) {
 		t.Errorf("held shrink applied: %v", a.Status.Applied.Addresses)
 	}
@@ -207,7 +207,7 @@ func TestControllerHoldsDeletion(t *testing.T) {
 	if _, err := l.client.BaremetalCCMV1alpha1().IPPools().Update(context.Background(), a, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	l.inUse = []netip.Addr{netip.MustParseAddr("10.0.0.1")}
+	l.inUse = []Holder{{IP: netip.MustParseAddr("10.0.0.1")}}
 	l.pass()
 	a = l.want("a", metav1.ConditionFalse, v1alpha1.PoolReasonDeletionHeld, "Services hold 1 of its addresses (10.0.0.1)")
 	if !slices.Contains(a.Finalizers, v1alpha1.PoolFinalizer) || a.Status.Applied == nil {
@@ -233,5 +233,81 @@ func TestConversionRoundTrip(t *testing.T) {
 	}
 	if c := ToConfig("y", &v1alpha1.IPPoolSpec{Addresses: []string{"10.0.0.0/30"}}); c.AutoAssign == nil || !*c.AutoAssign {
 		t.Errorf("autoAssign defaults to true: %+v", c.AutoAssign)
+	}
+}
+
+// A change of namespaces or serviceSelector that would no longer admit a Service
+// holding one of the pool's addresses is held like a shrink.
+func TestControllerHoldsRestriction(t *testing.T) {
+	l := newLab(t, nil, pool("a", time.Hour, "10.0.0.0/30"))
+	l.pass()
+	l.inUse = []Holder{{IP: netip.MustParseAddr("10.0.0.0"), Known: true, Namespace: "web", Labels: map[string]string{"app": "x"}}}
+	a := l.get("a")
+	a.Spec.Namespaces = []string{"other"}
+	l.update(a)
+	l.pass()
+	l.want("a", metav1.ConditionFalse, v1alpha1.PoolReasonShrinkHeld, "no longer admits", "10.0.0.0")
+	a = l.get("a")
+	a.Spec.Namespaces = []string{"web", "other"}
+	a.Spec.ServiceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}}
+	l.update(a)
+	l.pass()
+	l.want("a", metav1.ConditionTrue, v1alpha1.PoolReasonAccepted)
+}
+
+// The leader puts the decided set in force before it says so: when that is refused
+// (an address would be stranded), nothing is written.
+func TestControllerAppliesBeforeWriting(t *testing.T) {
+	l := newLab(t, nil, pool("a", time.Hour, "10.0.0.0/30"))
+	var applied [][]config.AddressPool
+	refuse := true
+	l.ctl.Apply = func(p []config.AddressPool) error {
+		if refuse {
+			return ipam.ErrWouldStrand
+		}
+		applied = append(applied, p)
+		return nil
+	}
+	l.pass()
+	if a := l.get("a"); a.Status.Applied != nil || accepted(a) != nil {
+		t.Errorf("written although the set was refused: %+v", a.Status)
+	}
+	refuse = false
+	l.pass()
+	l.want("a", metav1.ConditionTrue, v1alpha1.PoolReasonAccepted)
+	if len(applied) != 1 || len(applied[0]) != 1 || applied[0][0].Name != "a" {
+		t.Errorf("applied %+v", applied)
+	}
+}
+
+// Effective never returns overlapping pools: a CloudConfig pool wins over an IPPool
+// accepted before it was added, the older IPPool over a younger one; a pool being
+// deleted assigns nothing new.
+func TestEffectiveSkipsOverlaps(t *testing.T) {
+	withApplied := func(o *v1alpha1.IPPool) *v1alpha1.IPPool {
+		o.Status.Applied = o.Spec.DeepCopy()
+		return o
+	}
+	deleting := withApplied(pool("deleting", time.Minute, "10.3.0.0/30"))
+	now := metav1.NewTime(t0)
+	deleting.DeletionTimestamp = &now
+	eff := Effective([]config.AddressPool{{Name: "file", Addresses: []string{"10.0.0.0/24"}}}, []*v1alpha1.IPPool{
+		withApplied(pool("under-file", 3*time.Hour, "10.0.0.128/25")),
+		withApplied(pool("young", time.Hour, "10.1.0.0/29")),
+		withApplied(pool("old", 2*time.Hour, "10.1.0.4/30")),
+		deleting,
+	})
+	var names []string
+	for _, p := range eff {
+		names = append(names, p.Name)
+	}
+	if strings.Join(names, " ") != "file old deleting" {
+		t.Errorf("effective %v, want file old deleting", names)
+	}
+	if _, err := ipam.New(eff); err != nil {
+		t.Error(err)
+	}
+	if p := eff[2]; p.AutoAssign == nil || *p.AutoAssign {
+		t.Errorf("a pool being deleted still auto-assigns: %+v", p.AutoAssign)
 	}
 }

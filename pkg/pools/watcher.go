@@ -22,6 +22,23 @@ type Watcher struct {
 	// Apply puts a pool set in force; an error keeps the previous one (and is
 	// retried at the next change or after a minute).
 	Apply func(ctx context.Context, pools []config.AddressPool) error
+	// Synced, when set, is closed once the IPPools were read and applied the first
+	// time: a speaker waits for it before its first announcements.
+	Synced chan struct{}
+}
+
+// WaitSynced waits for w.Synced up to timeout (the IPPools cannot be read: their CRD
+// is missing, the API server is away) and reports whether it closed.
+func (w *Watcher) WaitSynced(ctx context.Context, timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-w.Synced:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // Run watches the IPPools through factory (which it starts) until ctx ends.
@@ -52,6 +69,7 @@ func (w *Watcher) Run(ctx context.Context, factory externalversions.SharedInform
 	last := w.File
 	retry := time.NewTicker(time.Minute)
 	defer retry.Stop()
+	first := true
 	for {
 		objs, err := inf.Lister().List(labels.Everything())
 		if err == nil {
@@ -64,6 +82,10 @@ func (w *Watcher) Run(ctx context.Context, factory externalversions.SharedInform
 				}
 			}
 		}
+		if first && w.Synced != nil {
+			close(w.Synced)
+		}
+		first = false
 		select {
 		case <-ctx.Done():
 			return

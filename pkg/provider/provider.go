@@ -475,17 +475,21 @@ func (c *Cloud) leadPools(t *term, objects bmccminformers.SharedInformerFactory,
 	ctl := &pools.Controller{
 		Client: c.objects, Pools: inf.Lister(), Synced: []cache.InformerSynced{inf.Informer().HasSynced, svcs.Informer().HasSynced},
 		File: c.cfg.LoadBalancer.Pools, Usage: c.lb.Allocator().Usage, Kick: kick,
-		InUse: func() []netip.Addr {
+		Holders: func() []pools.Holder {
 			list, err := lister.List(labels.Everything())
 			if err != nil {
 				return nil
 			}
-			var out []netip.Addr
+			var out []pools.Holder
 			for _, s := range list {
-				out = append(out, lb.IngressIPs(s)...)
+				for _, ip := range lb.IngressIPs(s) {
+					out = append(out, pools.Holder{IP: ip, Known: true, Namespace: s.Namespace, Labels: s.Labels})
+				}
 			}
 			return out
 		},
+		Allocated: c.lb.Allocator().Addresses,
+		Apply:     c.lb.SetPoolsKeeping,
 	}
 	t.goRun("ip-pools", ctl.Run)
 }

@@ -188,10 +188,11 @@ type Publisher struct {
 
 	// known are this node's objects as last read or written, by name; listed is
 	// whether they were listed since the last conflict.
-	known   map[string]*v1alpha1.BGPSessionState
-	listed  bool
-	owner   []metav1.OwnerReference
-	lastErr string
+	known      map[string]*v1alpha1.BGPSessionState
+	listed     bool
+	owner      []metav1.OwnerReference
+	ownerTried time.Time
+	lastErr    string
 }
 
 // fieldManager names the publisher in the objects' managed fields.
@@ -237,13 +238,22 @@ const stopTimeout = 2 * time.Second
 // stop writes this node's sessions as stopped (best effort, within stopTimeout), so
 // readers stop counting them at once rather than when they turn stale.
 func (p *Publisher) stop(ctx context.Context) {
-	if !p.listed {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
 	defer cancel()
 	now := p.Clock().UTC().Truncate(time.Second)
 	api := p.Client.BaremetalCCMV1alpha1().BGPSessionStates()
+	if !p.listed {
+		list, err := api.List(ctx, metav1.ListOptions{LabelSelector: labels.Set{v1alpha1.LabelNode: p.Node}.String()})
+		if err != nil {
+			return
+		}
+		p.known = map[string]*v1alpha1.BGPSessionState{}
+		for i := range list.Items {
+			if list.Items[i].Spec.Node == p.Node {
+				p.known[list.Items[i].Name] = &list.Items[i]
+			}
+		}
+	}
 	for _, old := range p.known {
 		if old.Status.BGPState == StoppedState {
 			continue
@@ -282,18 +292,20 @@ func (p *Publisher) Sync(ctx context.Context) error {
 		}
 		p.listed = true
 		p.owner = nil
-		if p.NodeUID != nil {
-			// Read again after a conflict: a Node deleted and registered again has
-			// another UID (and the old one's objects are gone with it).
-			uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			uid, err := p.NodeUID(uctx)
-			cancel()
-			if err == nil {
-				p.owner = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: p.Node, UID: uid}}
-			}
-		}
+		p.ownerTried = time.Time{}
 	}
 	now := p.Clock().UTC().Truncate(time.Second)
+	if p.owner == nil && p.NodeUID != nil && now.Sub(p.ownerTried) >= Refresh {
+		// Read again after a conflict (a Node deleted and registered again has another
+		// UID, and the old one's objects are gone with it), and while it failed.
+		p.ownerTried = now
+		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		uid, err := p.NodeUID(uctx)
+		cancel()
+		if err == nil {
+			p.owner = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: p.Node, UID: uid}}
+		}
+	}
 	want := map[string]bool{}
 	var errs []error
 	for _, peer := range st.Peers {
@@ -301,6 +313,24 @@ func (p *Publisher) Sync(ctx context.Context) error {
 		want[name] = true
 		old := p.known[name]
 		obj := p.object(name, peer, old, now)
+		if old != nil && old.Spec != obj.Spec {
+			// Another kind of speaker wrote it (this host was a replica, now an agent):
+			// spec is immutable, so it is replaced.
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := api.Delete(dctx, name, metav1.DeleteOptions{})
+			cancel()
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("replacing %s (spec %+v, now %+v): %w", name, old.Spec, obj.Spec, explainErr(err)))
+				continue
+			}
+			delete(p.known, name)
+			old = nil
+		}
+		if old != nil && len(old.OwnerReferences) == 0 && len(p.owner) > 0 {
+			old = old.DeepCopy()
+			old.OwnerReferences = p.owner // written with the next update, due now
+			old.Status.Updated = nil
+		}
 		if old != nil && !p.due(old.Status, obj.Status, now) {
 			continue
 		}

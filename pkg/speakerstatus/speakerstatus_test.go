@@ -222,3 +222,34 @@ func TestExplainErr(t *testing.T) {
 		t.Errorf("forbidden: %v", err)
 	}
 }
+
+// A host that was a replica and now runs an agent replaces its objects (spec is
+// immutable), and an object written without its owner gets it once the Node is read.
+func TestPublisherReplacesAnotherSpeakersObject(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	was := &v1alpha1.BGPSessionState{ObjectMeta: metav1.ObjectMeta{Name: "w1.10.0.0.1", Labels: map[string]string{v1alpha1.LabelNode: "w1"}},
+		Spec: v1alpha1.BGPSessionStateSpec{Node: "w1", Peer: "10.0.0.1", Speaker: v1alpha1.SpeakerReplica}}
+	client := fake.NewSimpleClientset(was)
+	nodeErr := errors.New("no Node yet")
+	p := &Publisher{Client: client, Node: "w1", Speaker: v1alpha1.SpeakerAgent, Clock: func() time.Time { return now },
+		Read: func() (Status, bool) {
+			return Status{Peers: []Peer{{Address: netip.MustParseAddr("10.0.0.1"), State: "established"}}}, true
+		},
+		NodeUID: func(context.Context) (types.UID, error) { return "uid-w1", nodeErr }}
+	if err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o, err := client.BaremetalCCMV1alpha1().BGPSessionStates().Get(ctx, "w1.10.0.0.1", metav1.GetOptions{})
+	if err != nil || o.Spec.Speaker != v1alpha1.SpeakerAgent || len(o.OwnerReferences) != 0 {
+		t.Fatalf("after the first sync: %+v, %v", o, err)
+	}
+	nodeErr = nil
+	now = now.Add(Refresh)
+	if err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ = client.BaremetalCCMV1alpha1().BGPSessionStates().Get(ctx, "w1.10.0.0.1", metav1.GetOptions{}); len(o.OwnerReferences) != 1 || o.OwnerReferences[0].UID != "uid-w1" {
+		t.Errorf("owner after the Node was read: %+v", o.OwnerReferences)
+	}
+}

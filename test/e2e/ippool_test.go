@@ -54,7 +54,8 @@ func TestIPPools(t *testing.T) {
 	apply := func(addrs ...string) {
 		t.Helper()
 		path := filepath.Join(l.dir, "ippool.yaml")
-		writeFile(t, path, fmt.Sprintf("apiVersion: baremetal-ccm.io/v1alpha1\nkind: IPPool\nmetadata: {name: %s}\nspec:\n  addresses: [%s]\n  communities: [\"65000:300\"]\n",
+		// autoAssign false: only the Services that ask for it (not the churn) use it.
+		writeFile(t, path, fmt.Sprintf("apiVersion: baremetal-ccm.io/v1alpha1\nkind: IPPool\nmetadata: {name: %s}\nspec:\n  addresses: [%s]\n  autoAssign: false\n  communities: [\"65000:300\"]\n",
 			name, strings.Join(addrs, ", ")))
 		if out, err := framework.Kubectl(l.ctx, l.cp, "apply", "-f", path); err != nil {
 			t.Fatalf("%v\n%s", err, out)

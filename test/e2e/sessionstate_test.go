@@ -127,6 +127,10 @@ func TestBGPSessionStateOwnNode(t *testing.T) {
 	wantRefusal("agent of "+w1+" updating "+w2+"'s object", err, metav1.StatusReasonForbidden, "not those of node "+w2)
 	err = api(agent1).Delete(ctx, theirs.Name, metav1.DeleteOptions{})
 	wantRefusal("agent of "+w1+" deleting "+w2+"'s object", err, metav1.StatusReasonForbidden, "not those of node "+w2)
+	// An agent cannot pass its sessions off as a CCM replica's.
+	posing := sessionState(w1, "10.0.0.8", v1alpha1.SpeakerReplica)
+	_, err = api(agent1).Create(ctx, posing, metav1.CreateOptions{})
+	wantRefusal("agent of "+w1+" writing spec.speaker Replica", err, metav1.StatusReasonForbidden, "may write only spec.speaker Agent")
 	// Taking over the object by moving it to its own node: spec is immutable.
 	moved := theirs.DeepCopy()
 	moved.Spec.Node = w1

@@ -249,13 +249,15 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 // retryOnPoolChange requeues the waiting Services, past their backoff, whenever the
 // pools change, until ctx ends.
 func (c *Controller) retryOnPoolChange(ctx context.Context, pw PoolWatcher) {
+	changed := pw.PoolsChanged()
 	for {
-		changed := pw.PoolsChanged()
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
 		}
+		// A change from here on closes this one: none is missed while requeueing.
+		changed = pw.PoolsChanged()
 		for _, key := range c.pending.keys() {
 			c.queue.Forget(key)
 			c.queue.Add(key)

@@ -871,12 +871,50 @@ func (a *Allocator) Prime(key string, req Request, current []netip.Addr) error {
 // them, in none. On New's error nothing changes. Pools returned by PoolOf before
 // stay as they were.
 func (a *Allocator) SetPools(pools []config.AddressPool) error {
+	return a.setPools(pools, false)
+}
+
+// ErrWouldStrand is SetPoolsKeeping's error: the new pools leave out an address a
+// Service holds in a pool now.
+var ErrWouldStrand = errors.New("the new pools leave out addresses Services hold")
+
+// SetPoolsKeeping is SetPools, but refuses (ErrWouldStrand, nothing changes) when an
+// address held in a pool now would be in none: checked and applied atomically with
+// Assign, so no address handed out meanwhile is stranded.
+func (a *Allocator) SetPoolsKeeping(pools []config.AddressPool) error {
+	return a.setPools(pools, true)
+}
+
+// Addresses returns every address held (in a pool or not), in no order.
+func (a *Allocator) Addresses() []netip.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]netip.Addr, 0, len(a.ips))
+	for ip := range a.ips {
+		out = append(out, ip)
+	}
+	return out
+}
+
+func (a *Allocator) setPools(pools []config.AddressPool, keep bool) error {
 	n, err := New(pools)
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if keep {
+		var stranded []string
+		for ip, u := range a.ips {
+			if u.rng != nil && n.rangeOf(ip) == nil {
+				stranded = append(stranded, ip.String())
+			}
+		}
+		if len(stranded) > 0 {
+			slices.Sort(stranded)
+			return fmt.Errorf("%w: %s", ErrWouldStrand, strings.Join(stranded, ", "))
+		}
+	}
 	// The holders coexist already (compatible sharing), so any order keeps them all.
 	for key, s := range a.svcs {
 		out := make([]planned, 0, len(s.ips))

@@ -789,3 +789,28 @@ func TestSetPools(t *testing.T) {
 	}
 	checkInvariants(t, a)
 }
+
+// SetPoolsKeeping refuses a set that leaves out an address held in a pool, atomically
+// with Assign; growing or keeping everything is fine.
+func TestSetPoolsKeeping(t *testing.T) {
+	a, err := New([]config.AddressPool{mkPool("a", "10.0.0.0/30")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Assign("ns/s", Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = a.SetPoolsKeeping([]config.AddressPool{mkPool("a", "10.0.0.2/31")})
+	if !errors.Is(err, ErrWouldStrand) || !strings.Contains(err.Error(), "10.0.0.0") {
+		t.Errorf("stranding 10.0.0.0: %v", err)
+	}
+	if as, _ := a.Assigned("ns/s"); as.Pools[0] != "a" {
+		t.Errorf("a refused set changed the pools: %+v", as)
+	}
+	if err := a.SetPoolsKeeping([]config.AddressPool{mkPool("a", "10.0.0.0/29"), mkPool("b", "10.0.1.0/30")}); err != nil {
+		t.Errorf("growing: %v", err)
+	}
+	if got := a.Addresses(); len(got) != 1 || got[0].String() != "10.0.0.0" {
+		t.Errorf("Addresses = %v", got)
+	}
+}

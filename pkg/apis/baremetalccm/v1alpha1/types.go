@@ -18,8 +18,9 @@ const (
 
 // BGPSessionState is one BGP session of one host's speaker: written by the speaker
 // that holds it (a CCM replica or a worker agent) when the session changes and at
-// least every minute (status.updated), deleted when the peer leaves the
-// configuration. Its name is <node>.<peer>, the peer's IPv4 address as is or its
+// least every minute (replicas) or 10 minutes (agents) (status.updated), marked
+// stopped when the speaker stops, deleted when the peer leaves the configuration or
+// with its Node. Its name is <node>.<peer>, the peer's IPv4 address as is or its
 // IPv6 address fully expanded with '-' for ':' (for example
 // w1.10.0.0.1, w1.fd00-0000-0000-0000-0000-0000-0000-0001). An agent may write only
 // its own node's objects (the API server enforces it with the ValidatingAdmissionPolicy
@@ -69,7 +70,7 @@ type BGPSessionStateSpec struct {
 // BGPSessionStateStatus is the session as the speaker last saw it.
 type BGPSessionStateStatus struct {
 	// BGPState is the BGP finite-state-machine state: idle, connect, active, opensent,
-	// openconfirm or established.
+	// openconfirm or established; stopped once the speaker stopped.
 	// +optional
 	BGPState string `json:"bgpState,omitempty"`
 	// Ready: established and the speaker's first UPDATEs to this peer are sent.
@@ -94,7 +95,8 @@ type BGPSessionStateStatus struct {
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
 	// Updated is when the speaker last wrote the object: it does so at least every
-	// minute, so one not updated for 3 minutes is stale (the speaker stopped).
+	// minute (replicas) or 10 minutes (agents), so one not updated for 3 (replicas)
+	// or 30 minutes (agents) is stale.
 	// +optional
 	Updated *metav1.Time `json:"updated,omitempty"`
 }
