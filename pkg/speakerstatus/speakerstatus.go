@@ -11,7 +11,6 @@ package speakerstatus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -367,7 +366,27 @@ func (p *Publisher) Sync(ctx context.Context) error {
 		}
 		delete(p.known, name)
 	}
-	return errors.Join(errs...)
+	return joinErrs(errs)
+}
+
+// joined is errors.Join on one line (a log line stays one line).
+type joined []error
+
+func (j joined) Error() string {
+	msgs := make([]string, len(j))
+	for i, e := range j {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (j joined) Unwrap() []error { return j }
+
+func joinErrs(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return joined(errs)
 }
 
 // object is the object for peer; since carries over from old while the state holds.

@@ -3,6 +3,7 @@ package speakerstatus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -251,5 +252,17 @@ func TestPublisherReplacesAnotherSpeakersObject(t *testing.T) {
 	}
 	if o, _ = client.BaremetalCCMV1alpha1().BGPSessionStates().Get(ctx, "w1.10.0.0.1", metav1.GetOptions{}); len(o.OwnerReferences) != 1 || o.OwnerReferences[0].UID != "uid-w1" {
 		t.Errorf("owner after the Node was read: %+v", o.OwnerReferences)
+	}
+}
+
+// Several failures make one line (a log line stays one line) and still match.
+func TestJoinErrsOneLine(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "baremetal-ccm.io", Resource: "bgpsessionstates"}, "a", errors.New("RBAC"))
+	err := joinErrs([]error{fmt.Errorf("a: %w", forbidden), errors.New("b: refused")})
+	if strings.Contains(err.Error(), "\n") || !apierrors.IsForbidden(errors.Unwrap(err.(joined)[0])) || !errors.Is(err, forbidden) {
+		t.Errorf("joined: %q", err)
+	}
+	if joinErrs(nil) != nil {
+		t.Error("no error joined is not nil")
 	}
 }
