@@ -90,8 +90,8 @@ func (c *Controller) Pass(ctx context.Context) {
 		now = c.Clock
 	}
 	objs, err := c.Pools.List(labels.Everything())
-	if err != nil {
-		return
+	if err != nil || len(objs) == 0 {
+		return // no IPPool: nothing to decide (and no Service list to read)
 	}
 	objs = slices.Clone(objs)
 	sort.Slice(objs, func(i, j int) bool {
@@ -142,14 +142,23 @@ func (c *Controller) Pass(ctx context.Context) {
 			usage[u.Pool] = cur
 		}
 	}
-	var inUse []Holder
-	if c.Holders != nil {
-		inUse = c.Holders()
-	}
-	if c.Allocated != nil {
-		for _, ip := range c.Allocated() {
-			inUse = append(inUse, Holder{IP: ip})
+	// The addresses in use, read once per pass and only when a decision needs them
+	// (a pool in force that changes or goes): O(Services).
+	var inUseRead bool
+	var inUseList []Holder
+	inUse := func() []Holder {
+		if !inUseRead {
+			inUseRead = true
+			if c.Holders != nil {
+				inUseList = c.Holders()
+			}
+			if c.Allocated != nil {
+				for _, ip := range c.Allocated() {
+					inUseList = append(inUseList, Holder{IP: ip})
+				}
+			}
 		}
+		return inUseList
 	}
 	// Decide every object, then put the new set in force here, then say so.
 	type write struct {

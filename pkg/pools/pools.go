@@ -200,12 +200,12 @@ type Holder struct {
 	Labels    map[string]string
 }
 
-// held returns the addresses of old (the spec in force) among inUse that spec (nil:
+// held returns the addresses of old (the spec in force) among inUse() that spec (nil:
 // the pool goes) no longer contains, or whose Service it no longer admits (its
 // namespaces or serviceSelector), at most limit of them, and how many there are.
-func held(old, spec *v1alpha1.IPPoolSpec, name string, inUse []Holder, limit int) ([]string, int) {
-	if old == nil {
-		return nil, 0
+func held(old, spec *v1alpha1.IPPoolSpec, name string, inUse func() []Holder, limit int) ([]string, int) {
+	if old == nil || spec != nil && equality.Semantic.DeepEqual(*old, *spec) {
+		return nil, 0 // nothing in force changes
 	}
 	oldCfg := ToConfig(name, old)
 	oldSpans := spans(&oldCfg)
@@ -230,7 +230,7 @@ func held(old, spec *v1alpha1.IPPoolSpec, name string, inUse []Holder, limit int
 	}
 	var out []string
 	seen := map[netip.Addr]bool{}
-	for _, h := range inUse {
+	for _, h := range inUse() {
 		ip := h.IP.Unmap()
 		if !slices.ContainsFunc(oldSpans, func(s span) bool { return s.contains(ip) }) {
 			continue

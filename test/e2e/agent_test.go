@@ -307,13 +307,7 @@ hosts:
 		Spec: v1alpha1.IPPoolSpec{Addresses: []string{"192.0.2.200/30"}, Communities: []string{"65000:777"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if p, err := ippools.Get(context.Background(), poolName, metav1.GetOptions{}); err == nil {
-			p.Finalizers = nil
-			_, _ = ippools.Update(context.Background(), p, metav1.UpdateOptions{})
-			_ = ippools.Delete(context.Background(), poolName, metav1.DeleteOptions{})
-		}
-	})
+	t.Cleanup(func() { framework.DeleteIPPool(l.cp, poolName) })
 	pooled := func() netip.Addr {
 		s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pooled", Annotations: map[string]string{"baremetal-ccm.io/address-pool": poolName}},
 			Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "pooled"}, Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80}}}}

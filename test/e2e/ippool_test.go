@@ -43,14 +43,7 @@ func TestIPPools(t *testing.T) {
 	other := 1 - leader
 	pools := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().IPPools()
 	name := "e2e-" + strings.ToLower(l.ns)
-	t.Cleanup(func() {
-		p, err := pools.Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil {
-			p.Finalizers = nil
-			_, _ = pools.Update(context.Background(), p, metav1.UpdateOptions{})
-			_ = pools.Delete(context.Background(), name, metav1.DeleteOptions{})
-		}
-	})
+	t.Cleanup(func() { framework.DeleteIPPool(l.cp, name) })
 	apply := func(addrs ...string) {
 		t.Helper()
 		path := filepath.Join(l.dir, "ippool.yaml")
@@ -273,11 +266,7 @@ func TestIPPoolsFromMetalLB(t *testing.T) {
 	names := []string{"example", "ippool-ns-service-alloc-sample"}
 	t.Cleanup(func() {
 		for _, name := range names {
-			if p, err := pools.Get(context.Background(), name, metav1.GetOptions{}); err == nil {
-				p.Finalizers = nil
-				_, _ = pools.Update(context.Background(), p, metav1.UpdateOptions{})
-				_ = pools.Delete(context.Background(), name, metav1.DeleteOptions{})
-			}
+			framework.DeleteIPPool(l.cp, name)
 		}
 	})
 	if o, err := framework.Kubectl(l.ctx, l.cp, "apply", "-f", path); err != nil {

@@ -668,13 +668,7 @@ bgp:
 		Spec: v1alpha1.IPPoolSpec{Addresses: []string{"198.51.100.96/29"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if p, err := ippools.Get(context.Background(), poolName, metav1.GetOptions{}); err == nil {
-			p.Finalizers = nil
-			_, _ = ippools.Update(context.Background(), p, metav1.UpdateOptions{})
-			_ = ippools.Delete(context.Background(), poolName, metav1.DeleteOptions{})
-		}
-	})
+	t.Cleanup(func() { framework.DeleteIPPool(l.cp, poolName) })
 	err = framework.WaitFor(l.ctx, 60*time.Second, "MetalLB's IPAddressPool for IPPool "+poolName, func(ctx context.Context) (bool, error) {
 		p, err := admin.Resource(poolsGVR).Namespace(metallb.DefaultNamespace).Get(ctx, metallb.PoolName(poolName), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

@@ -128,13 +128,7 @@ func TestLeadershipTerms(t *testing.T) {
 		// An IPPool: this term's leader accepts it.
 		pools := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().IPPools()
 		poolName := fmt.Sprintf("terms-%d-%s", k, strings.ToLower(utilrand.String(4)))
-		t.Cleanup(func() {
-			if p, err := pools.Get(context.Background(), poolName, metav1.GetOptions{}); err == nil {
-				p.Finalizers = nil
-				_, _ = pools.Update(context.Background(), p, metav1.UpdateOptions{})
-				_ = pools.Delete(context.Background(), poolName, metav1.DeleteOptions{})
-			}
-		})
+		t.Cleanup(func() { framework.DeleteIPPool(l.cp, poolName) })
 		if _, err := pools.Create(l.ctx, &v1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: poolName},
 			Spec: v1alpha1.IPPoolSpec{Addresses: []string{fmt.Sprintf("198.51.100.%d/30", 4*k)}}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -7,6 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 )
 
 // Kubectl runs the kubectl that hack/build-kube.sh built next to kube-apiserver
@@ -38,4 +44,22 @@ func cacheDir() (string, error) {
 		return "", err
 	}
 	return filepath.Join(home, ".cache", "baremetal-ccm"), nil
+}
+
+// DeleteIPPool deletes an IPPool a test created, for the tests after it: deleted
+// first (a deleting pool gets no finalizer again), then released from its finalizer
+// whether or not a leader still runs to release it.
+func DeleteIPPool(cp *ControlPlane, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := rest.CopyConfig(cp.RESTConfig)
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	pools := versioned.NewForConfigOrDie(cfg).BaremetalCCMV1alpha1().IPPools()
+	if err := pools.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return
+	}
+	if p, err := pools.Get(ctx, name, metav1.GetOptions{}); err == nil && len(p.Finalizers) > 0 {
+		p.Finalizers = nil
+		_, _ = pools.Update(ctx, p, metav1.UpdateOptions{})
+	}
 }
