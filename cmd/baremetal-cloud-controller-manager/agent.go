@@ -28,6 +28,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	bmccminformers "github.com/baremetal-ccm/baremetal-ccm/pkg/generated/informers/externalversions"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/peers"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/pools"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
@@ -130,9 +131,9 @@ func startPools(ctx context.Context, c *config.CompletedConfig, cloud *provider.
 	return w
 }
 
-// poolsSyncTimeout bounds how long a speaker waits for the IPPools before its first
-// announcements (then it announces the CloudConfig's pools, and the IPPools' once
-// they are read).
+// poolsSyncTimeout bounds how long a speaker waits for the IPPools and for the
+// BGPPeers before its first announcements (then it announces the CloudConfig's pools
+// to the CloudConfig's peers, and the objects' once they are read).
 const poolsSyncTimeout = 10 * time.Second
 
 func parseRouterID(s string) (netip.Addr, error) {
@@ -185,12 +186,28 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 			return bgp.New(speakerConfig(cfg.BGP, id))
 		}
 	}
+	// The cluster's BGPPeers, for the process's life: a change reaches the speaker
+	// at once (PeersChanged), without a restart.
+	var peerWatcher *peers.Watcher
+	if d.sessions != nil && opts.NewSpeaker != nil {
+		peerWatcher = &peers.Watcher{File: cfg.BGP.Peers, Synced: make(chan struct{})}
+		opts.ClusterPeers = func(self *v1.Node, rack []bmconfig.BGPPeer) []bmconfig.BGPPeer {
+			return peers.For(peerWatcher.Current(), self, rack)
+		}
+	}
 	a, err := agent.New(opts)
 	if err != nil {
 		return nil, nil, err
 	}
+	if peerWatcher != nil {
+		peerWatcher.Changed = a.PeersChanged
+		go peerWatcher.Run(klog.NewContext(ctx, logger), bmccminformers.NewSharedInformerFactory(d.sessions, 0))
+	}
 	if d.pools != nil && !d.pools.WaitSynced(ctx, poolsSyncTimeout) {
 		logger.Info("Warning: the IPPools were not read in time; announcing the CloudConfig's pools until they are", "waited", poolsSyncTimeout)
+	}
+	if peerWatcher != nil && !peerWatcher.WaitSynced(ctx, poolsSyncTimeout) {
+		logger.Info("Warning: the BGPPeers were not read in time; peering with the CloudConfig's and the racks' peers until they are", "waited", poolsSyncTimeout)
 	}
 	go func() {
 		defer close(done)

@@ -67,9 +67,11 @@ const usage = `usage:
       print the CloudConfig's loadBalancer.pools as IPPool objects (kubectl apply -f -)
   baremetal-ccmctl pools import-metallb [-f FILE]... [--kubeconfig F] [-n NS]
       print MetalLB's IPAddressPools as IPPools (with the communities and localPref of the
-      BGPAdvertisements that select them) and its BGPPeers as the CloudConfig's bgp
-      section; from the files, else from the cluster (namespace metallb-system); every
-      field without an equivalent is named on stderr
+      BGPAdvertisements that select them) and its BGPPeers as BGPPeers (with their
+      BFDProfiles' timers); from the files, else from the cluster (namespace
+      metallb-system); every field without an equivalent is named on stderr
+  baremetal-ccmctl peers convert [--cloud-config F]
+      print the CloudConfig's bgp.peers as BGPPeer objects (kubectl apply -f -)
   baremetal-ccmctl lb pools [--kubeconfig F]
       every LoadBalancer pool's size, use and free addresses per family, and its Services
   baremetal-ccmctl version
@@ -91,6 +93,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return poolsConvertCmd(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "pools" && args[1] == "import-metallb":
 		return poolsImportMetalLBCmd(args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "peers" && args[1] == "convert":
+		return peersConvertCmd(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "lb" && args[1] == "pools":
 		return lbPoolsCmd(args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "agent" && args[1] == "kubeconfig":

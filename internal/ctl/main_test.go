@@ -161,6 +161,20 @@ func TestPoolsCommands(t *testing.T) {
 			t.Errorf("convert output lacks %q:\n%s", want, out.String())
 		}
 	}
+	// peers convert: the CloudConfig's bgp.peers as BGPPeers, named by address.
+	if err := os.WriteFile(cc, []byte("apiVersion: baremetal-ccm.io/v1alpha1\nkind: CloudConfig\ninventory: {file: {path: "+inv+"}}\n"+
+		"bgp:\n  localASN: 65000\n  peers:\n  - {address: \"2001:db8::1\", asn: 65001, holdTime: 9s}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := Run([]string{"peers", "convert", "--cloud-config", cc}, &out, &errb); code != 0 {
+		t.Fatalf("peers convert: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"kind: BGPPeer", "name: peer-2001-db8--1", "address: 2001:db8::1", "asn: 65001", "holdTime: 9s"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("peers convert output lacks %q:\n%s", want, out.String())
+		}
+	}
 	mlb := filepath.Join(dir, "metallb.yaml")
 	if err := os.WriteFile(mlb, []byte(`apiVersion: metallb.io/v1beta1
 kind: IPAddressPool
@@ -184,7 +198,7 @@ spec: {myASN: 64512, peerASN: 65001, peerAddress: 10.0.0.1}
 	if code := Run([]string{"pools", "import-metallb", "-f", mlb}, &out, &errb); code != 0 {
 		t.Fatalf("import-metallb: exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"name: edge", "- 198.51.100.0/28", "\"65000:7\"", "#     localASN: 64512", "#     - address: 10.0.0.1"} {
+	for _, want := range []string{"name: edge", "- 198.51.100.0/28", "\"65000:7\"", "bgp: {localASN: 64512}", "kind: BGPPeer\nmetadata:\n  name: tor\nspec:\n  address: 10.0.0.1\n  asn: 65001\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("import output lacks %q:\n%s", want, out.String())
 		}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/peers"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/pools"
 )
 
@@ -59,10 +60,11 @@ var (
 	metallbAdvs    = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "bgpadvertisements"}
 	metallbComms   = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "communities"}
 	metallbPeersV2 = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta2", Resource: "bgppeers"}
+	metallbBFD     = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "bfdprofiles"}
 )
 
 // poolsImportMetalLBCmd prints MetalLB's IPAddressPools (with their BGPAdvertisements'
-// communities) as IPPools, and its BGPPeers as the CloudConfig's bgp section.
+// communities) as IPPools, and its BGPPeers (with their BFDProfiles) as BGPPeers.
 func poolsImportMetalLBCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pools import-metallb", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -96,25 +98,35 @@ func poolsImportMetalLBCmd(args []string, stdout, stderr io.Writer) int {
 	for _, w := range imp.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	fmt.Fprintln(stdout, "# MetalLB's IPAddressPools as IPPools (kubectl apply -f -), with the communities and local")
-	fmt.Fprintln(stdout, "# preference of the BGPAdvertisements that select them.")
+	fmt.Fprintln(stdout, "# MetalLB's IPAddressPools as IPPools and its BGPPeers as BGPPeers (kubectl apply -f -),")
+	fmt.Fprintln(stdout, "# the pools with the communities and local preference of the BGPAdvertisements that select")
+	fmt.Fprintln(stdout, "# them, the peers with their BFDProfiles' timers.")
 	if len(imp.Peers) > 0 {
-		b, err := yaml.Marshal(map[string]any{"bgp": map[string]any{"localASN": imp.LocalASN, "peers": imp.Peers}})
-		if err != nil {
-			fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
-			return 1
-		}
-		fmt.Fprintln(stdout, "# MetalLB's BGPPeers, for the CloudConfig:")
-		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			fmt.Fprintln(stdout, "#   "+line)
-		}
+		fmt.Fprintf(stdout, "# MetalLB's myASN, for the CloudConfig: bgp: {localASN: %d}\n", imp.LocalASN)
 	}
-	return writePools(stdout, stderr, imp.Pools)
+	objs := make([]any, 0, len(imp.Pools)+len(imp.Peers))
+	for i := range imp.Pools {
+		objs = append(objs, &imp.Pools[i])
+	}
+	for i := range imp.Peers {
+		objs = append(objs, &imp.Peers[i])
+	}
+	return writeObjects(stdout, stderr, objs)
 }
 
 func writePools(stdout, stderr io.Writer, objs []v1alpha1.IPPool) int {
+	out := make([]any, len(objs))
 	for i := range objs {
-		b, err := yaml.Marshal(&objs[i])
+		out[i] = &objs[i]
+	}
+	return writeObjects(stdout, stderr, out)
+}
+
+// writeObjects prints objects as a YAML stream for kubectl apply, without the empty
+// fields a new object has.
+func writeObjects(stdout, stderr io.Writer, objs []any) int {
+	for _, o := range objs {
+		b, err := yaml.Marshal(o)
 		if err != nil {
 			fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
 			return 1
@@ -124,6 +136,34 @@ func writePools(stdout, stderr io.Writer, objs []v1alpha1.IPPool) int {
 		fmt.Fprintf(stdout, "---\n%s", b)
 	}
 	return 0
+}
+
+// peersConvertCmd prints the CloudConfig's bgp.peers as BGPPeer objects.
+func peersConvertCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("peers convert", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("cloud-config", "/etc/baremetal-ccm/cloud-config.yaml", "the CloudConfig whose bgp.peers to convert")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: %v\n", err)
+		return 1
+	}
+	if cfg.BGP == nil || len(cfg.BGP.Peers) == 0 {
+		fmt.Fprintf(stderr, "baremetal-ccmctl: %s has no bgp.peers to convert\n", *path)
+		return 1
+	}
+	var objs []any
+	for i := range cfg.BGP.Peers {
+		p := &cfg.BGP.Peers[i]
+		objs = append(objs, &v1alpha1.BGPPeer{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "BGPPeer"},
+			ObjectMeta: metav1.ObjectMeta{Name: peers.ObjectName(p.Address)}, Spec: peers.FromConfig(p)})
+	}
+	fmt.Fprintf(stdout, "# The bgp.peers of %s as BGPPeers. Each is accepted as the same peer as the\n"+
+		"# CloudConfig's: apply them, then remove the peers from each replica's CloudConfig, one replica at a time.\n", *path)
+	return writeObjects(stdout, stderr, objs)
 }
 
 // decodeMetalLBFile adds the MetalLB objects of a YAML file to m; other kinds are
@@ -178,10 +218,15 @@ func addMetalLB(raw map[string]any, m *pools.MetalLB) error {
 		if err = conv.FromUnstructured(raw, &o); err == nil {
 			m.Peers = append(m.Peers, o)
 		}
-	case strings.HasPrefix(apiVersion, "metallb.io/") && (kind == "L2Advertisement" || kind == "BFDProfile"):
+	case apiVersion == "metallb.io/v1beta1" && kind == "BFDProfile":
+		var o metallbv1beta1.BFDProfile
+		if err = conv.FromUnstructured(raw, &o); err == nil {
+			m.BFDProfiles = append(m.BFDProfiles, o)
+		}
+	case strings.HasPrefix(apiVersion, "metallb.io/") && kind == "L2Advertisement":
 		return nil // nothing to import: the embedded speaker announces over BGP
 	default:
-		return fmt.Errorf("%s %s is not an object this imports (metallb.io/v1beta1 IPAddressPool, BGPAdvertisement, Community; metallb.io/v1beta2 BGPPeer)", apiVersion, kind)
+		return fmt.Errorf("%s %s is not an object this imports (metallb.io/v1beta1 IPAddressPool, BGPAdvertisement, Community, BFDProfile; metallb.io/v1beta2 BGPPeer)", apiVersion, kind)
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", apiVersion, kind, err)
@@ -204,7 +249,7 @@ func readMetalLBCluster(k *kubeFlags, m *pools.MetalLB) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, gvr := range []schema.GroupVersionResource{metallbPools, metallbAdvs, metallbComms, metallbPeersV2} {
+	for _, gvr := range []schema.GroupVersionResource{metallbPools, metallbAdvs, metallbComms, metallbPeersV2, metallbBFD} {
 		list, err := dyn.Resource(gvr).Namespace(k.namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return fmt.Errorf("listing %s in namespace %s: %w", gvr.GroupResource(), k.namespace, err)

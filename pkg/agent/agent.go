@@ -112,6 +112,10 @@ type Options struct {
 	Events EventRecorder
 	// ResyncInterval re-applies everything (repairs route drift). Default: 1m.
 	ResyncInterval time.Duration
+	// ClusterPeers, when set, returns the cluster's peers (BGPPeer objects) for the
+	// speaker on self (nil: its Node is not known yet), leaving out the addresses of
+	// rack, this host's rack peers. See PeersChanged.
+	ClusterPeers func(self *v1.Node, rack []config.BGPPeer) []config.BGPPeer
 	// PeerResyncInterval re-reads the peers and their password files. Default: 5s.
 	PeerResyncInterval time.Duration
 	// Clock is time.Now unless a test sets it.
@@ -685,7 +689,7 @@ func PodCIDRPaths(nodes []*v1.Node) []bgp.Path {
 }
 
 // syncPeers gives the speaker this host's rack peers (from the inventory, else from
-// its Node's annotation) on every pass, and has it re-read the password files: a
+// its Node's annotation) and the cluster's BGPPeers for its Node on every pass, and has it re-read the password files: a
 // changed peer or password re-creates that session, an unchanged one is left alone.
 // What it logs, it logs once per change.
 func (a *Agent) syncPeers(ctx context.Context, sp Speaker) {
@@ -694,6 +698,13 @@ func (a *Agent) syncPeers(ctx context.Context, sp Speaker) {
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if a.o.ClusterPeers != nil {
+		var self *v1.Node
+		if n, err := a.nodes.Get(a.o.Self); err == nil {
+			self = n
+		}
+		peers = append(peers, a.o.ClusterPeers(self, peers)...)
 	}
 	if !errors.Is(err, hostinfo.ErrInvalid) { // an unreadable annotation keeps the peers as they are
 		if err := sp.SetPeers(peers); err != nil {
@@ -719,7 +730,7 @@ func (a *Agent) syncPeers(ctx context.Context, sp Speaker) {
 		logger.Error(err, "Setting this host's BGP peers; the rest is applied", "rack", rack, "peers", len(peers))
 		return
 	}
-	logger.Info("Rack BGP peers set", "rack", rack, "peers", len(peers))
+	logger.Info("BGP peers set", "rack", rack, "peers", len(peers))
 }
 
 // rackPeers returns this host's rack and its BGP peers: from the inventory when the

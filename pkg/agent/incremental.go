@@ -166,6 +166,10 @@ func (a *Agent) stopMirrorRetry() {
 // it does not watch that changed (the pools in force).
 func (a *Agent) Resync() { a.kickFull() }
 
+// PeersChanged asks for a pass soon that applies ClusterPeers' answer (and no
+// Service or Node work beyond what changed).
+func (a *Agent) PeersChanged() { a.kick() }
+
 // kickFull asks for a full pass.
 func (a *Agent) kickFull() {
 	a.mu.Lock()

@@ -2,9 +2,13 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -167,3 +171,53 @@ func TestParsePasswords(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// The cluster's peers for this host's Node join its rack peers (a rack peer wins its
+// address), and PeersChanged applies a change without waiting for the peer resync.
+func TestClusterPeersJoinRackPeers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w1 := readyNode("w1", "10.0.0.1", "10.244.1.0/24")
+	w1.Labels = map[string]string{"rack": "r1"}
+	w1.Annotations = map[string]string{hostinfo.Annotation: hostinfo.Encode(hostinfo.Info{Host: "w1", Rack: "r1", Peers: []hostinfo.Peer{
+		{BGPPeer: config.BGPPeer{Address: "10.0.0.254", ASN: 65001}},
+	}})}
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(w1), 0)
+	sp := newFakeSpeaker()
+	var mu sync.Mutex
+	cluster := []config.BGPPeer{{Address: "10.0.0.254", ASN: 65099}, {Address: "192.0.2.1", ASN: 65002}}
+	var seen *v1.Node
+	a, err := New(Options{
+		Config: &config.CloudConfig{BGP: &config.BGPConfig{LocalASN: 65000}}, Self: "w1", Informers: factory, SelfOnly: true,
+		NewSpeaker:         func(Identity) (Speaker, error) { return sp, nil },
+		PeerResyncInterval: time.Hour,
+		ClusterPeers: func(self *v1.Node, rack []config.BGPPeer) []config.BGPPeer {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = self
+			return slices.DeleteFunc(slices.Clone(cluster), func(p config.BGPPeer) bool {
+				return slices.ContainsFunc(rack, func(r config.BGPPeer) bool { return r.Address == p.Address })
+			})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.Run(ctx) }()
+	addrs := func() string {
+		var s []string
+		for _, p := range sp.currentPeers() {
+			s = append(s, fmt.Sprintf("%s/%d", p.Address, p.ASN))
+		}
+		return strings.Join(s, ",")
+	}
+	waitUntil(t, "rack and cluster peers", func() bool { return addrs() == "10.0.0.254/65001,192.0.2.1/65002" })
+	mu.Lock()
+	if seen == nil || seen.Name != "w1" {
+		t.Errorf("ClusterPeers was given %v, want this host's Node", seen)
+	}
+	cluster = []config.BGPPeer{{Address: "192.0.2.7", ASN: 65007}}
+	mu.Unlock()
+	a.PeersChanged()
+	waitUntil(t, "the changed cluster peer", func() bool { return addrs() == "10.0.0.254/65001,192.0.2.7/65007" })
+}

@@ -199,6 +199,10 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		// decides (status) and holds those in use (finalizer).
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"ippools"}, Verbs: []string{"list", "watch", "update"}},
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"ippools/status"}, Verbs: []string{"update"}},
+		// BGP peers managed in the cluster: every replica watches them, the leader
+		// decides (status).
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgppeers"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgppeers/status"}, Verbs: []string{"update"}},
 		// Address claims (pkg/lb: one IPAddress per load-balancer address).
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"get", "list", "create", "delete"}},
 		// The out-of-service taint comes off only once the powered-off Node holds no pod
@@ -356,6 +360,7 @@ func AgentClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpsessionstates"}, Verbs: []string{"list", "create", "update", "delete"}},
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"ippools"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgppeers"}, Verbs: []string{"list", "watch"}},
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	v1alpha1listers "github.com/baremetal-ccm/baremetal-ccm/pkg/generated/listers/baremetalccm/v1alpha1"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/kick"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
 )
 
@@ -69,17 +70,7 @@ func (c *Controller) Run(ctx context.Context) {
 	if interval <= 0 {
 		interval = 5 * time.Second
 	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		c.Pass(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.Kick:
-		case <-tick.C:
-		}
-	}
+	kick.Loop(ctx, c.Kick, interval, func() { c.Pass(ctx) })
 }
 
 // Pass decides every IPPool once. Write errors are logged and retried at the next.

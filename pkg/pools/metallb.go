@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,16 +23,18 @@ type MetalLB struct {
 	Advertisements []metallbv1beta1.BGPAdvertisement
 	Communities    []metallbv1beta1.Community
 	Peers          []metallbv1beta2.BGPPeer
+	BFDProfiles    []metallbv1beta1.BFDProfile
 }
 
 // Imported is what MetalLB's objects become: IPPools (with the communities and local
-// preference of the BGPAdvertisements that select them), the CloudConfig's bgp
-// section for the BGPPeers, and a warning for everything that has no equivalent (so
-// nothing is dropped silently).
+// preference of the BGPAdvertisements that select them), BGPPeers (with their
+// BFDProfiles' timers; LocalASN is their myASN, for the CloudConfig's bgp.localASN),
+// and a warning for everything that has no equivalent (so nothing is dropped
+// silently).
 type Imported struct {
 	Pools    []v1alpha1.IPPool
 	LocalASN uint32
-	Peers    []config.BGPPeer
+	Peers    []v1alpha1.BGPPeer
 	Warnings []string
 }
 
@@ -138,6 +141,10 @@ func FromMetalLB(m MetalLB) Imported {
 			}
 		}
 	}
+	profiles := map[string]*metallbv1beta1.BFDProfile{}
+	for i := range m.BFDProfiles {
+		profiles[m.BFDProfiles[i].Name] = &m.BFDProfiles[i]
+	}
 	for _, p := range m.Peers {
 		name := "BGPPeer " + p.Namespace + "/" + p.Name
 		if out.LocalASN == 0 {
@@ -145,27 +152,68 @@ func FromMetalLB(m MetalLB) Imported {
 		} else if p.Spec.MyASN != out.LocalASN {
 			warn("%s: myASN %d differs from %d; baremetal-ccm speaks with one local ASN (bgp.localASN)", name, p.Spec.MyASN, out.LocalASN)
 		}
-		peer := config.BGPPeer{Address: p.Spec.Address, ASN: p.Spec.ASN, Port: int32(p.Spec.Port), SourceAddress: p.Spec.SrcAddress,
+		s := v1alpha1.BGPPeerSpec{Address: p.Spec.Address, ASN: int64(p.Spec.ASN), SourceAddress: p.Spec.SrcAddress,
 			HoldTime: p.Spec.HoldTime, KeepaliveTime: p.Spec.KeepaliveTime, ConnectRetry: p.Spec.ConnectTime}
+		if p.Spec.Port != 0 && p.Spec.Port != config.DefaultBGPPort {
+			s.Port = int32(p.Spec.Port)
+		}
 		if p.Spec.ASN == 0 {
-			warn("%s: no peerASN (dynamicASN %q); set asn", name, p.Spec.DynamicASN)
+			warn("%s: no peerASN (dynamicASN %q); set spec.asn", name, p.Spec.DynamicASN)
 		}
 		if p.Spec.EBGPMultiHop {
-			peer.EBGPMultihop = 255
+			s.EBGPMultihop = 255
 		}
-		if p.Spec.Password != "" || p.Spec.PasswordSecret.Name != "" {
-			warn("%s: a TCP-MD5 password is not copied: put it in a file readable only by the CCM and set passwordFile", name)
+		if p.Spec.EnableGracefulRestart {
+			// MetalLB's FRR mode uses FRR's default restart time.
+			s.GracefulRestart = &metav1.Duration{Duration: 120 * time.Second}
 		}
-		for field, set := range map[string]bool{"bfdProfile": p.Spec.BFDProfile != "", "vrf": p.Spec.VRFName != "", "nodeSelectors": len(p.Spec.NodeSelectors) > 0,
-			"interface": p.Spec.Interface != "", "routerID": p.Spec.RouterID != ""} {
-			if set {
-				warn("%s: %s is not imported (see docs/configuration.md, bgp: bfd per peer, the inventory's rack peers for per-node peers, bgpRouterID per host)", name, field)
+		switch len(p.Spec.NodeSelectors) {
+		case 0:
+		case 1:
+			s.NodeSelector = p.Spec.NodeSelectors[0].DeepCopy()
+		default:
+			s.NodeSelector = p.Spec.NodeSelectors[0].DeepCopy()
+			warn("%s: %d nodeSelectors (MetalLB peers from a node matching any); only the first is imported, so fewer nodes peer: merge them into one selector", name, len(p.Spec.NodeSelectors))
+		}
+		if bp := p.Spec.BFDProfile; bp != "" {
+			if prof, ok := profiles[bp]; ok {
+				s.BFD = &v1alpha1.BFDSpec{MinTx: millis(prof.Spec.TransmitInterval), MinRx: millis(prof.Spec.ReceiveInterval)}
+				if m := prof.Spec.DetectMultiplier; m != nil {
+					s.BFD.Multiplier = int32(min(*m, 255))
+				}
+				if prof.Spec.EchoMode != nil && *prof.Spec.EchoMode || prof.Spec.PassiveMode != nil && *prof.Spec.PassiveMode {
+					warn("%s: BFDProfile %s's echo or passive mode is not imported: the speaker runs single-hop BFD, active, without echo", name, bp)
+				}
+			} else {
+				s.BFD = &v1alpha1.BFDSpec{}
+				warn("%s: BFDProfile %s is not among the imported objects: BFD imported with the default timers (300ms x 3)", name, bp)
 			}
 		}
-		out.Peers = append(out.Peers, peer)
+		if p.Spec.Password != "" || p.Spec.PasswordSecret.Name != "" {
+			warn("%s: a TCP-MD5 password is not copied: put it in a file on every host that peers with the router, readable only by baremetal-ccm, and set spec.passwordFile", name)
+		}
+		for field, set := range map[string]bool{"vrf": p.Spec.VRFName != "", "interface": p.Spec.Interface != "", "routerID": p.Spec.RouterID != ""} {
+			if set {
+				warn("%s: %s is not imported (the router ID is per host: the inventory's bgpRouterID or --bgp-router-id)", name, field)
+			}
+		}
+		out.Peers = append(out.Peers, v1alpha1.BGPPeer{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "BGPPeer"},
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name},
+			Spec:       s,
+		})
 	}
+	sort.Slice(out.Peers, func(i, j int) bool { return out.Peers[i].Name < out.Peers[j].Name })
 	slices.Sort(out.Warnings)
 	return out
+}
+
+// millis is a BFDProfile interval (milliseconds) as a duration.
+func millis(ms *uint32) *metav1.Duration {
+	if ms == nil {
+		return nil
+	}
+	return &metav1.Duration{Duration: time.Duration(*ms) * time.Millisecond}
 }
 
 // unsetPriority is the IPPool priority of a MetalLB pool without one: after every

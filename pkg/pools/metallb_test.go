@@ -4,11 +4,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	metallbv1beta1 "go.universe.tf/metallb/api/v1beta1"
 	metallbv1beta2 "go.universe.tf/metallb/api/v1beta2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/peers"
 )
 
 func TestFromMetalLB(t *testing.T) {
@@ -32,8 +37,12 @@ func TestFromMetalLB(t *testing.T) {
 		Communities: []metallbv1beta1.Community{{Spec: metallbv1beta1.CommunitySpec{Communities: []metallbv1beta1.CommunityAlias{{Name: "NO_ADVERTISE", Value: "65535:65282"}}}}},
 		Peers: []metallbv1beta2.BGPPeer{
 			{ObjectMeta: metav1.ObjectMeta{Name: "tor-a", Namespace: "metallb-system"}, Spec: metallbv1beta2.BGPPeerSpec{MyASN: 64512, ASN: 65001, Address: "10.0.0.1", EBGPMultiHop: true, Password: "secret"}},
-			{ObjectMeta: metav1.ObjectMeta{Name: "tor-b", Namespace: "metallb-system"}, Spec: metallbv1beta2.BGPPeerSpec{MyASN: 64513, ASN: 65001, Address: "10.0.0.2", BFDProfile: "fast"}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "tor-b", Namespace: "metallb-system"}, Spec: metallbv1beta2.BGPPeerSpec{MyASN: 64513, ASN: 65001, Address: "10.0.0.2", BFDProfile: "fast",
+				NodeSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"rack": "b"}}}, EnableGracefulRestart: true}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "tor-c", Namespace: "metallb-system"}, Spec: metallbv1beta2.BGPPeerSpec{MyASN: 64512, ASN: 65001, Address: "10.0.0.3", BFDProfile: "missing", Port: 1179}},
 		},
+		BFDProfiles: []metallbv1beta1.BFDProfile{{ObjectMeta: metav1.ObjectMeta{Name: "fast", Namespace: "metallb-system"},
+			Spec: metallbv1beta1.BFDProfileSpec{ReceiveInterval: ptr.To[uint32](100), TransmitInterval: ptr.To[uint32](150), DetectMultiplier: ptr.To[uint32](4)}}},
 	}
 	got := FromMetalLB(m)
 	if len(got.Pools) != 2 || got.Pools[0].Name != "public" || got.Pools[1].Name != "quiet" {
@@ -50,14 +59,31 @@ func TestFromMetalLB(t *testing.T) {
 	if got.Pools[1].Spec.Priority != unsetPriority {
 		t.Errorf("a pool without priority: %d, want after every pool with one", got.Pools[1].Spec.Priority)
 	}
-	if got.LocalASN != 64512 || len(got.Peers) != 2 || got.Peers[0].Address != "10.0.0.1" || got.Peers[0].ASN != 65001 || got.Peers[0].EBGPMultihop != 255 || got.Peers[0].PasswordFile != "" {
-		t.Errorf("peers: %d %+v", got.LocalASN, got.Peers)
+	if got.LocalASN != 64512 || len(got.Peers) != 3 {
+		t.Fatalf("peers: %d %+v", got.LocalASN, got.Peers)
+	}
+	if a := got.Peers[0]; a.Name != "tor-a" || a.Spec.Address != "10.0.0.1" || a.Spec.ASN != 65001 || a.Spec.EBGPMultihop != 255 || a.Spec.PasswordFile != "" || a.Spec.NodeSelector != nil {
+		t.Errorf("tor-a: %+v", a)
+	}
+	b := got.Peers[1].Spec
+	if b.BFD == nil || b.BFD.MinRx.Duration != 100*time.Millisecond || b.BFD.MinTx.Duration != 150*time.Millisecond || b.BFD.Multiplier != 4 ||
+		b.NodeSelector == nil || b.NodeSelector.MatchLabels["rack"] != "b" || b.GracefulRestart == nil {
+		t.Errorf("tor-b: %+v (bfd %+v)", b, b.BFD)
+	}
+	if c := got.Peers[2].Spec; c.BFD == nil || c.BFD.MinTx != nil || c.Port != 1179 {
+		t.Errorf("tor-c: %+v", c)
+	}
+	for _, o := range got.Peers {
+		p := peers.ToConfig(&o.Spec)
+		if errs := config.ValidateBGPPeer(&p, nil); len(errs) > 0 {
+			t.Errorf("%s does not pass the leader's check: %v", o.Name, errs)
+		}
 	}
 	all := strings.Join(got.Warnings, "\n")
 	for _, want := range []string{
 		"namespaceSelectors not imported", "2 serviceAllocation.serviceSelectors", "localPref 150 and 200", "goes only to peers [tor-a]",
 		"IPAddressPool metallb-system/quiet: no BGPAdvertisement selects it", "names IPAddressPool gone", "password is not copied",
-		"myASN 64513 differs from 64512", "bfdProfile is not imported", "restricted pools",
+		"myASN 64513 differs from 64512", "BFDProfile missing is not among the imported objects", "restricted pools",
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no warning says %q:\n%s", want, all)

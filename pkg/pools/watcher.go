@@ -11,6 +11,7 @@ import (
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/informers/externalversions"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/kick"
 )
 
 // Watcher puts the pools in force in one process (a replica's allocator and agent, a
@@ -46,16 +47,8 @@ func (w *Watcher) Run(ctx context.Context, factory externalversions.SharedInform
 	logger := klog.FromContext(ctx).WithName("ip-pools")
 	ctx = klog.NewContext(ctx, logger)
 	inf := factory.BaremetalCCM().V1alpha1().IPPools()
-	kick := make(chan struct{}, 1)
-	poke := func(any) {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: poke, DeleteFunc: poke, UpdateFunc: func(_, o any) { poke(o) },
-	})
+	wake := kick.New()
+	reg, err := inf.Informer().AddEventHandler(wake.Handler())
 	if err != nil {
 		logger.Error(err, "IPPools are not watched: only the CloudConfig's pools are in force")
 		return
@@ -67,10 +60,9 @@ func (w *Watcher) Run(ctx context.Context, factory externalversions.SharedInform
 		return
 	}
 	last := w.File
-	retry := time.NewTicker(time.Minute)
-	defer retry.Stop()
 	first := true
-	for {
+	// An Apply that failed is retried at the next change or after a minute.
+	kick.Loop(ctx, wake, time.Minute, func() {
 		objs, err := inf.Lister().List(labels.Everything())
 		if err == nil {
 			if want := Effective(w.File, objs); !reflect.DeepEqual(want, last) {
@@ -86,13 +78,7 @@ func (w *Watcher) Run(ctx context.Context, factory externalversions.SharedInform
 			close(w.Synced)
 		}
 		first = false
-		select {
-		case <-ctx.Done():
-			return
-		case <-kick:
-		case <-retry.C:
-		}
-	}
+	})
 }
 
 func names(pools []config.AddressPool) []string {

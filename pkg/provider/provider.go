@@ -61,8 +61,10 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/instances"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/kick"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/metallb"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/peers"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/pools"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/powermon"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
@@ -421,19 +423,24 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 			t.goRun("", pub.Run)
 		}
 	}
+	// The project's objects: an informer factory of the term's own (it stops with the
+	// term; without a CRD its informer retries).
+	var objects bmccminformers.SharedInformerFactory
+	if c.objects != nil {
+		objects = bmccminformers.NewSharedInformerFactory(c.objects, 0)
+		if c.cfg.BGP != nil && (c.lb == nil || c.cfg.LoadBalancer.Announcer != config.AnnouncerMetalLB) {
+			c.leadPeers(t, objects)
+		}
+	}
 	if c.lb != nil {
-		// Who announces each Service: the condition baremetal-ccm.io/Announced.
-		// The speakers' session states: an informer of the term's own (it stops with
-		// the term; without the CRD it retries, and the condition says so).
+		// Who announces each Service: the condition baremetal-ccm.io/Announced,
+		// from the speakers' session states (without the CRD the condition says so).
 		var sessions v1alpha1listers.BGPSessionStateLister
-		if c.objects != nil {
-			objects := bmccminformers.NewSharedInformerFactory(c.objects, 0)
+		if objects != nil {
 			if c.cfg.BGP != nil && c.cfg.LoadBalancer.Announcer == config.AnnouncerBGP {
 				sessions = objects.BaremetalCCM().V1alpha1().BGPSessionStates().Lister()
 			}
 			c.leadPools(t, objects, factory.Core().V1().Services())
-			objects.Start(t.ctx.Done())
-			t.wg.Go(func() { <-t.ctx.Done(); objects.Shutdown() })
 		}
 		ac, err := announcestatus.New(announcestatus.Options{Client: c.client, Informers: factory, Config: c.cfg, Pool: c.lb.Allocator().PoolOf, Sessions: sessions})
 		if err != nil {
@@ -441,6 +448,10 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 		} else {
 			t.goRun("", ac.Run)
 		}
+	}
+	if objects != nil {
+		objects.Start(t.ctx.Done())
+		t.wg.Go(func() { <-t.ctx.Done(); objects.Shutdown() })
 	}
 	b := c.cfg.BMC
 	mon := powermon.New(powermon.Config{
@@ -460,21 +471,15 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 // (pkg/pools): it never takes away an address a Service's status shows.
 func (c *Cloud) leadPools(t *term, objects bmccminformers.SharedInformerFactory, svcs coreinformers.ServiceInformer) {
 	inf := objects.BaremetalCCM().V1alpha1().IPPools()
-	kick := make(chan struct{}, 1)
-	poke := func(any) {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, DeleteFunc: poke, UpdateFunc: func(_, o any) { poke(o) }}); err != nil {
+	wake := kick.New()
+	if _, err := inf.Informer().AddEventHandler(wake.Handler()); err != nil {
 		t.logger.Error(err, "The IPPool controller is off: IPPool changes are not applied")
 		return
 	}
 	lister := svcs.Lister()
 	ctl := &pools.Controller{
 		Client: c.objects, Pools: inf.Lister(), Synced: []cache.InformerSynced{inf.Informer().HasSynced, svcs.Informer().HasSynced},
-		File: c.cfg.LoadBalancer.Pools, Usage: c.lb.Allocator().Usage, Kick: kick,
+		File: c.cfg.LoadBalancer.Pools, Usage: c.lb.Allocator().Usage, Kick: wake,
 		Holders: func() []pools.Holder {
 			list, err := lister.List(labels.Everything())
 			if err != nil {
@@ -492,6 +497,22 @@ func (c *Cloud) leadPools(t *term, objects bmccminformers.SharedInformerFactory,
 		Apply:     c.lb.SetPoolsKeeping,
 	}
 	t.goRun("ip-pools", ctl.Run)
+}
+
+// leadPeers runs, for term t, the controller that decides which BGPPeers are in
+// force (pkg/peers).
+func (c *Cloud) leadPeers(t *term, objects bmccminformers.SharedInformerFactory) {
+	inf := objects.BaremetalCCM().V1alpha1().BGPPeers()
+	wake := kick.New()
+	if _, err := inf.Informer().AddEventHandler(wake.Handler()); err != nil {
+		t.logger.Error(err, "The BGPPeer controller is off: BGPPeer changes are not applied")
+		return
+	}
+	ctl := &peers.Controller{
+		Client: c.objects, Peers: inf.Lister(), Synced: []cache.InformerSynced{inf.Informer().HasSynced},
+		File: c.cfg.BGP.Peers, Kick: wake,
+	}
+	t.goRun("bgp-peers", ctl.Run)
 }
 
 // leadGuard makes the inventory's deletion guard decide for term t, its state in the

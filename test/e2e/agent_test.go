@@ -50,7 +50,8 @@ const agentUUID = "4c4c4544-0000-4000-8000-0000000000a0"
 // An IPPool added in the cluster is announced by the agents without a restart. Each
 // agent publishes its session (kubectl get bgpsessionstates), the Announced
 // condition names the agents that announce a Service, and worker 1's credentials
-// cannot write worker 0's session.
+// cannot write worker 0's session. A BGPPeer picks the agents that peer with its
+// router by their Nodes' labels, applied without a restart.
 func TestAgentLeastPrivilege(t *testing.T) {
 	l := newLabNoCCM(t)
 	ctx := l.ctx
@@ -475,6 +476,72 @@ hosts:
 		b, _ := json.MarshalIndent(all, "", " ")
 		t.Errorf("BIRD holds %d paths, want 5 (2 pod CIDRs, the Cluster IP via 2 hosts, the Local IP via 1):\n%s", len(all), b)
 	}
+
+	// A BGPPeer picks worker agents by their Nodes' labels: a second router, peered
+	// with by no worker until worker 0's Node gets the label, then by worker 0 only,
+	// until the BGPPeer is deleted; no agent restarts.
+	r2 := bird.Start(t, bird.Options{Speakers: make([]bird.Speaker, 2), SpeakerNetnsEach: []string{workers[0].Name, workers[1].Name}, EventLog: true})
+	peerLabel := "e2e.baremetal-ccm.io/peer-" + suffix
+	bgpPeers := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().BGPPeers()
+	peerObj := &v1alpha1.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: "e2e-agents-" + suffix}, Spec: v1alpha1.BGPPeerSpec{
+		Address: r2.RouterV4.String(), ASN: int64(r2.ASN), HoldTime: &metav1.Duration{Duration: 9 * time.Second},
+		KeepaliveTime: &metav1.Duration{Duration: 3 * time.Second}, ConnectRetry: &metav1.Duration{Duration: time.Second},
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{peerLabel: "yes"}}}}
+	if _, err := bgpPeers.Create(ctx, peerObj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bgpPeers.Delete(context.Background(), peerObj.Name, metav1.DeleteOptions{}) })
+	if err := framework.WaitFor(ctx, 30*time.Second, "the agents' BGPPeer accepted", func(ctx context.Context) (bool, error) {
+		p, err := bgpPeers.Get(ctx, peerObj.Name, metav1.GetOptions{})
+		return err == nil && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.PoolConditionAccepted), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // a worker that peered without the label would have by now
+	for i := range 2 {
+		if st, err := r2.ProtocolState(ctx, r2.Protocol(i, false)); err != nil || st.Established() {
+			t.Errorf("worker %d peers with the second router before any Node has the label: %+v, %v", i, st, err)
+		}
+	}
+	start := time.Now()
+	labelPatch := fmt.Sprintf(`{"metadata":{"labels":{%q:"yes"}}}`, peerLabel)
+	if _, err := l.cp.Client.CoreV1().Nodes().Patch(ctx, names[0], types.MergePatchType, []byte(labelPatch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 60*time.Second, "worker 0's session with the second router", func(ctx context.Context) (bool, error) {
+		st, err := r2.ProtocolState(ctx, r2.Protocol(0, false))
+		return err == nil && st.Established(), nil
+	}); err != nil {
+		t.Fatalf("%v\nbird.log:\n%s", err, r2.Log())
+	}
+	if evs, err := r2.LogEvents(start); err == nil {
+		for _, e := range evs {
+			if e.Kind == bird.EventProtocolState && e.Protocol == r2.Protocol(0, false) && e.To == "up" {
+				t.Logf("TIMING Node label set to the worker agent's session up at the BGPPeer's router: %s (BIRD's timestamp)", e.Time.Sub(start).Round(time.Millisecond))
+				break
+			}
+		}
+	}
+	// The agent publishes the new session too (kubectl get bgpsessionstates).
+	if err := framework.WaitFor(ctx, 30*time.Second, "worker 0's session state for the second router", func(ctx context.Context) (bool, error) {
+		o, err := sessions.Get(ctx, speakerstatus.ObjectName(names[0], r2.RouterV4), metav1.GetOptions{})
+		return err == nil && o.Status.BGPState == "established" && o.Spec.Speaker == v1alpha1.SpeakerAgent, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r2.ProtocolState(ctx, r2.Protocol(1, false)); err != nil || st.Established() {
+		t.Errorf("worker 1, without the label, peers with the second router: %+v, %v", st, err)
+	}
+	if err := bgpPeers.Delete(ctx, peerObj.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 30*time.Second, "worker 0's session with the second router ended", func(ctx context.Context) (bool, error) {
+		st, err := r2.ProtocolState(ctx, r2.Protocol(0, false))
+		return err == nil && !st.Established(), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitSession(0, "worker 0's session with the rack's router, untouched")
 
 	// A stopped agent says so at once, not only once its objects turn stale.
 	if err := agents[1].Stop(); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
+	"github.com/baremetal-ccm/baremetal-ccm/test/bird"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
 )
 
@@ -231,8 +232,9 @@ func TestIPPools(t *testing.T) {
 // MetalLB module this project builds against) imported with `baremetal-ccmctl pools
 // import-metallb` and applied with kubectl serve the addresses MetalLB would: a
 // Service of pool example gets its first address, one asking for an address of its
-// range gets it, and the router holds them; the restricted pool admits only the
-// namespaces MetalLB's did.
+// range gets it, and the routers hold them (the CloudConfig's, and the sample
+// BGPPeer's, a BIRD in its place); the restricted pool admits only the namespaces
+// MetalLB's did.
 func TestIPPoolsFromMetalLB(t *testing.T) {
 	l := newLBLab(t, 1)
 	l.createNode(framework.NodeSpec{Name: "cp-0", InternalIPs: []string{l.router.SpeakerV4(0).String()}, Ready: ready(v1.ConditionTrue)})
@@ -260,14 +262,25 @@ func TestIPPoolsFromMetalLB(t *testing.T) {
 	if !strings.Contains(stderr.String(), "namespaceSelectors not imported") {
 		t.Errorf("the selector sample's namespaceSelectors are not named among the warnings")
 	}
+	// The sample's BGPPeer, imported as a BGPPeer: its router stands at 172.30.0.3,
+	// which no test may reach, so a BIRD of the sample's ASN takes its place (the
+	// one field changed before kubectl apply).
+	const samplePeer = "peer\nspec:\n  address: 172.30.0.3\n  asn: 64512\n"
+	if !strings.Contains(string(out), "kind: BGPPeer\nmetadata:\n  name: "+samplePeer) {
+		t.Fatalf("import-metallb did not make the sample's BGPPeer a BGPPeer of 172.30.0.3, ASN 64512:\n%s", out)
+	}
+	r2 := bird.Start(t, bird.Options{RouterASN: 64512, Speakers: []bird.Speaker{{ASN: 65000}}})
+	out = []byte(strings.Replace(string(out), "address: 172.30.0.3", "address: "+r2.RouterV4.String(), 1))
 	path := filepath.Join(l.dir, "imported.yaml")
 	writeFile(t, path, string(out))
-	pools := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().IPPools()
+	objects := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1()
+	pools := objects.IPPools()
 	names := []string{"example", "ippool-ns-service-alloc-sample"}
 	t.Cleanup(func() {
 		for _, name := range names {
 			framework.DeleteIPPool(l.cp, name)
 		}
+		_ = objects.BGPPeers().Delete(context.Background(), "peer", metav1.DeleteOptions{})
 	})
 	if o, err := framework.Kubectl(l.ctx, l.cp, "apply", "-f", path); err != nil {
 		t.Fatalf("%v\n%s", err, o)
@@ -291,6 +304,21 @@ func TestIPPoolsFromMetalLB(t *testing.T) {
 	}
 	l.waitAnnounced(netip.MustParseAddr("192.168.10.0"), 0)
 	l.waitAnnounced(netip.MustParseAddr("192.168.9.3"), 0)
+	// The imported peer is accepted, and its router gets the same addresses.
+	if err := framework.WaitFor(l.ctx, 30*time.Second, "BGPPeer peer accepted", func(ctx context.Context) (bool, error) {
+		p, err := objects.BGPPeers().Get(ctx, "peer", metav1.GetOptions{})
+		return err == nil && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.PoolConditionAccepted), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []string{"192.168.10.0", "192.168.9.3"} {
+		if err := framework.WaitFor(l.ctx, 30*time.Second, "the sample peer's router to hold "+ip, func(ctx context.Context) (bool, error) {
+			rs, err := r2.RoutesFor(ctx, netip.MustParsePrefix(ip+"/32"))
+			return err == nil && len(rs) == 1, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// The restricted pool admits namespaces namespace-a and namespace-b only.
 	l.createService("restricted", func(s *v1.Service) {
 		s.Annotations = map[string]string{ipam.AnnotationAddressPool: "ippool-ns-service-alloc-sample"}

@@ -4,6 +4,10 @@
 
 package v1alpha1
 
+// BGPPeerListerExpansion allows custom methods to be added to
+// BGPPeerLister.
+type BGPPeerListerExpansion interface{}
+
 // BGPSessionStateListerExpansion allows custom methods to be added to
 // BGPSessionStateLister.
 type BGPSessionStateListerExpansion interface{}

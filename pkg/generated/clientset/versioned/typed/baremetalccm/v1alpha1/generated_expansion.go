@@ -4,6 +4,8 @@
 
 package v1alpha1
 
+type BGPPeerExpansion interface{}
+
 type BGPSessionStateExpansion interface{}
 
 type IPPoolExpansion interface{}
