@@ -21,6 +21,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/adverts"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/agent"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
@@ -28,6 +29,8 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	bmccminformers "github.com/baremetal-ccm/baremetal-ccm/pkg/generated/informers/externalversions"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/kick"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/peers"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/pools"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/provider"
@@ -120,7 +123,7 @@ func startPools(ctx context.Context, c *config.CompletedConfig, cloud *provider.
 		klog.ErrorS(err, "IPPools are not watched: only the CloudConfig's pools are in force")
 		return nil
 	}
-	w := &pools.Watcher{File: cloud.Config().LoadBalancer.Pools, Synced: make(chan struct{}), Apply: func(_ context.Context, ps []bmconfig.AddressPool) error {
+	w := &pools.Watcher{File: cloud.Config().LoadBalancer.Pools, Synced: kick.NewGate(), Apply: func(_ context.Context, ps []bmconfig.AddressPool) error {
 		if err := b.SetPools(ps); err != nil {
 			return err
 		}
@@ -188,11 +191,19 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 	}
 	// The cluster's BGPPeers, for the process's life: a change reaches the speaker
 	// at once (PeersChanged), without a restart.
+	// The cluster's BGPAdvertisements likewise: a change is a full pass.
 	var peerWatcher *peers.Watcher
+	var advWatcher *adverts.Watcher
 	if d.sessions != nil && opts.NewSpeaker != nil {
-		peerWatcher = &peers.Watcher{File: cfg.BGP.Peers, Synced: make(chan struct{})}
+		peerWatcher = &peers.Watcher{File: cfg.BGP.Peers, Synced: kick.NewGate()}
 		opts.ClusterPeers = func(self *v1.Node, rack []bmconfig.BGPPeer) []bmconfig.BGPPeer {
 			return peers.For(peerWatcher.Current(), self, rack)
+		}
+		if cfg.LoadBalancer != nil {
+			advWatcher = &adverts.Watcher{Synced: kick.NewGate()}
+			opts.Advertise = func(svc *v1.Service, pool string) (lb.Advertising, bool) {
+				return adverts.For(advWatcher.Current(), svc, pool)
+			}
 		}
 	}
 	a, err := agent.New(opts)
@@ -203,11 +214,19 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 		peerWatcher.Changed = a.PeersChanged
 		go peerWatcher.Run(klog.NewContext(ctx, logger), bmccminformers.NewSharedInformerFactory(d.sessions, 0))
 	}
-	if d.pools != nil && !d.pools.WaitSynced(ctx, poolsSyncTimeout) {
+	if advWatcher != nil {
+		advWatcher.Changed = a.Resync
+		go advWatcher.Run(klog.NewContext(ctx, logger), bmccminformers.NewSharedInformerFactory(d.sessions, 0))
+	}
+	deadline := time.Now().Add(poolsSyncTimeout) // one wait for both
+	if d.pools != nil && !d.pools.Synced.Wait(ctx, time.Until(deadline)) {
 		logger.Info("Warning: the IPPools were not read in time; announcing the CloudConfig's pools until they are", "waited", poolsSyncTimeout)
 	}
-	if peerWatcher != nil && !peerWatcher.WaitSynced(ctx, poolsSyncTimeout) {
+	if peerWatcher != nil && !peerWatcher.Synced.Wait(ctx, max(time.Until(deadline), 0)) {
 		logger.Info("Warning: the BGPPeers were not read in time; peering with the CloudConfig's and the racks' peers until they are", "waited", poolsSyncTimeout)
+	}
+	if advWatcher != nil && !advWatcher.Synced.Wait(ctx, max(time.Until(deadline), 0)) {
+		logger.Info("Warning: the BGPAdvertisements were not read in time; announcing every address to every peer until they are", "waited", poolsSyncTimeout)
 	}
 	go func() {
 		defer close(done)

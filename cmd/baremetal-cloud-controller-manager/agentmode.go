@@ -23,6 +23,7 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	bmconfig "github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	bmccminformers "github.com/baremetal-ccm/baremetal-ccm/pkg/generated/informers/externalversions"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/kick"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/pools"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/routes"
@@ -155,7 +156,7 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	if poolSet != nil {
 		// The IPPools the leader accepted, with the CloudConfig's: read before the
 		// agent's first announcements.
-		d.pools = &pools.Watcher{File: cfg.LoadBalancer.Pools, Synced: make(chan struct{}), Apply: func(_ context.Context, ps []bmconfig.AddressPool) error {
+		d.pools = &pools.Watcher{File: cfg.LoadBalancer.Pools, Synced: kick.NewGate(), Apply: func(_ context.Context, ps []bmconfig.AddressPool) error {
 			if err := poolSet.SetPools(ps); err != nil {
 				return err
 			}

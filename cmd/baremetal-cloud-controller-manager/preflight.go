@@ -64,6 +64,9 @@ func newPreflight(c *config.CompletedConfig, withLB, withBGP, outOfService bool,
 	if withBGP {
 		resources = append(resources, preflight.Resource{Group: v1alpha1.GroupName, Version: "v1alpha1", Resource: "bgpsessionstates", For: "publishing this replica's BGP sessions", Fix: fixCRDs})
 		resources = append(resources, preflight.Resource{Group: v1alpha1.GroupName, Version: "v1alpha1", Resource: "bgppeers", For: "BGP peers managed in the cluster", Fix: fixCRDs})
+		if withLB {
+			resources = append(resources, preflight.Resource{Group: v1alpha1.GroupName, Version: "v1alpha1", Resource: "bgpadvertisements", For: "BGP advertisements managed in the cluster", Fix: fixCRDs})
+		}
 	}
 	client := c.ClientBuilder.ClientOrDie("baremetal-preflight")
 	return &preflight.Monitor{

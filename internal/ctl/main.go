@@ -66,10 +66,10 @@ const usage = `usage:
   baremetal-ccmctl pools convert [--cloud-config F]
       print the CloudConfig's loadBalancer.pools as IPPool objects (kubectl apply -f -)
   baremetal-ccmctl pools import-metallb [-f FILE]... [--kubeconfig F] [-n NS]
-      print MetalLB's IPAddressPools as IPPools (with the communities and localPref of the
-      BGPAdvertisements that select them) and its BGPPeers as BGPPeers (with their
-      BFDProfiles' timers); from the files, else from the cluster (namespace
-      metallb-system); every field without an equivalent is named on stderr
+      print MetalLB's IPAddressPools, BGPPeers (with their BFDProfiles' timers) and
+      BGPAdvertisements as IPPools, BGPPeers and BGPAdvertisements; from the files, else
+      from the cluster (namespace metallb-system); every field without an equivalent is
+      named on stderr
   baremetal-ccmctl peers convert [--cloud-config F]
       print the CloudConfig's bgp.peers as BGPPeer objects (kubectl apply -f -)
   baremetal-ccmctl lb pools [--kubeconfig F]

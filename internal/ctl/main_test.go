@@ -203,7 +203,7 @@ spec: {myASN: 64512, peerASN: 65001, peerAddress: 10.0.0.1}
 			t.Errorf("import output lacks %q:\n%s", want, out.String())
 		}
 	}
-	if !strings.Contains(errb.String(), "warning: IPAddressPool metallb-system/edge: BGPAdvertisement adv aggregates to /24") {
+	if !strings.Contains(errb.String(), "warning: BGPAdvertisement metallb-system/adv aggregates to /24") {
 		t.Errorf("import warnings: %s", errb.String())
 	}
 	// Something else in the file is an error naming it.

@@ -63,8 +63,8 @@ var (
 	metallbBFD     = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "bfdprofiles"}
 )
 
-// poolsImportMetalLBCmd prints MetalLB's IPAddressPools (with their BGPAdvertisements'
-// communities) as IPPools, and its BGPPeers (with their BFDProfiles) as BGPPeers.
+// poolsImportMetalLBCmd prints MetalLB's IPAddressPools, BGPPeers (with their
+// BFDProfiles) and BGPAdvertisements as the project's objects.
 func poolsImportMetalLBCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pools import-metallb", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -98,9 +98,9 @@ func poolsImportMetalLBCmd(args []string, stdout, stderr io.Writer) int {
 	for _, w := range imp.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	fmt.Fprintln(stdout, "# MetalLB's IPAddressPools as IPPools and its BGPPeers as BGPPeers (kubectl apply -f -),")
-	fmt.Fprintln(stdout, "# the pools with the communities and local preference of the BGPAdvertisements that select")
-	fmt.Fprintln(stdout, "# them, the peers with their BFDProfiles' timers.")
+	fmt.Fprintln(stdout, "# MetalLB's IPAddressPools, BGPPeers and BGPAdvertisements as IPPools, BGPPeers and")
+	fmt.Fprintln(stdout, "# BGPAdvertisements (kubectl apply -f -): the peers with their BFDProfiles' timers, the")
+	fmt.Fprintln(stdout, "# advertisements with their community aliases resolved.")
 	if len(imp.Peers) > 0 {
 		fmt.Fprintf(stdout, "# MetalLB's myASN, for the CloudConfig: bgp: {localASN: %d}\n", imp.LocalASN)
 	}
@@ -110,6 +110,9 @@ func poolsImportMetalLBCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	for i := range imp.Peers {
 		objs = append(objs, &imp.Peers[i])
+	}
+	for i := range imp.Advertisements {
+		objs = append(objs, &imp.Advertisements[i])
 	}
 	return writeObjects(stdout, stderr, objs)
 }

@@ -116,6 +116,9 @@ type Options struct {
 	// speaker on self (nil: its Node is not known yet), leaving out the addresses of
 	// rack, this host's rack peers. See PeersChanged.
 	ClusterPeers func(self *v1.Node, rack []config.BGPPeer) []config.BGPPeer
+	// Advertise, when set, says how a pool's address held by a Service is
+	// advertised (BGPAdvertisements); call Resync after it changes.
+	Advertise func(svc *v1.Service, pool string) (lb.Advertising, bool)
 	// PeerResyncInterval re-reads the peers and their password files. Default: 5s.
 	PeerResyncInterval time.Duration
 	// Clock is time.Now unless a test sets it.
@@ -145,8 +148,13 @@ type Agent struct {
 	speaker  Speaker
 	problems map[string]string // service key -> last reported problem
 	peersLog string            // what was last logged about the peers
-	waitLog  string            // why the speaker is not started yet, as last logged
-	routerID netip.Addr        // of the running speaker
+	// lastRack are the rack peers last read (kept while the annotation is unreadable).
+	lastRack struct {
+		name       string
+		peers, all []config.BGPPeer
+	}
+	waitLog  string     // why the speaker is not started yet, as last logged
+	routerID netip.Addr // of the running speaker
 	// passed: the first full pass was applied (and the speaker told so).
 	passed bool
 	// started is when the informers synced; readyLog what Ready last logged.
@@ -502,6 +510,7 @@ func (a *Agent) desired(ctx context.Context, svcs []*v1.Service, nodes []*v1.Nod
 		SelfOnly:         a.o.SelfOnly,
 		Healthy:          a.healthy(svcs, nodes),
 		GracefulShutdown: gs,
+		Advertise:        a.o.Advertise,
 	})
 	return want, problems, gs
 }
@@ -519,7 +528,7 @@ func (a *Agent) wakeForDrains(gs *lb.GracefulShutdown, nodes []*v1.Node) {
 func Paths(want []lb.Announcement) []bgp.Path {
 	paths := make([]bgp.Path, 0, len(want))
 	for _, w := range want {
-		plain := bgp.Path{Prefix: w.Prefix, NextHops: w.NextHops, Communities: w.Communities, LargeCommunities: w.LargeCommunities, LocalPref: w.LocalPref}
+		plain := bgp.Path{Prefix: w.Prefix, NextHops: w.NextHops, Communities: w.Communities, LargeCommunities: w.LargeCommunities, LocalPref: w.LocalPref, Peers: w.Peers}
 		marked := plain
 		marked.NextHops = w.GracefulShutdown
 		marked.Communities = append(slices.Clip(w.Communities), lb.CommunityGracefulShutdown)
@@ -694,22 +703,31 @@ func PodCIDRPaths(nodes []*v1.Node) []bgp.Path {
 // What it logs, it logs once per change.
 func (a *Agent) syncPeers(ctx context.Context, sp Speaker) {
 	logger := klog.FromContext(ctx)
-	rack, peers, err := a.rackPeers()
+	rack, peers, all, err := a.rackPeers()
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)
 	}
+	a.mu.Lock()
+	if errors.Is(err, hostinfo.ErrInvalid) {
+		// An unreadable annotation keeps the rack peers as they were; the cluster's
+		// peers still apply.
+		rack, peers, all = a.lastRack.name, a.lastRack.peers, a.lastRack.all
+	} else {
+		a.lastRack.name, a.lastRack.peers, a.lastRack.all = rack, peers, all
+	}
+	a.mu.Unlock()
+	peers = slices.Clip(peers) // the inventory's slice: never appended to in place
 	if a.o.ClusterPeers != nil {
 		var self *v1.Node
 		if n, err := a.nodes.Get(a.o.Self); err == nil {
 			self = n
 		}
-		peers = append(peers, a.o.ClusterPeers(self, peers)...)
+		// Every rack peer wins its address, even one left out here (no password file).
+		peers = append(peers, a.o.ClusterPeers(self, all)...)
 	}
-	if !errors.Is(err, hostinfo.ErrInvalid) { // an unreadable annotation keeps the peers as they are
-		if err := sp.SetPeers(peers); err != nil {
-			errs = append(errs, err)
-		}
+	if err := sp.SetPeers(peers); err != nil {
+		errs = append(errs, err)
 	}
 	if err := sp.RefreshPasswords(); err != nil {
 		errs = append(errs, err)
@@ -735,24 +753,28 @@ func (a *Agent) syncPeers(ctx context.Context, sp Speaker) {
 
 // rackPeers returns this host's rack and its BGP peers: from the inventory when the
 // agent has one, else from the Node's published annotation (passwords mapped to this
-// host's password files).
-func (a *Agent) rackPeers() (string, []config.BGPPeer, error) {
+// host's password files); all are every rack peer, also those left out (no password
+// file here).
+func (a *Agent) rackPeers() (rack string, peers, all []config.BGPPeer, err error) {
 	if a.o.Inventory != nil {
 		host := a.selfHost()
 		if host == nil || host.Rack == "" {
-			return "", nil, nil
+			return "", nil, nil, nil
 		}
 		view, _ := a.o.Inventory.View()
 		if r, ok := view.Rack(host.Rack); ok {
-			return r.Name, r.BGPPeers, nil
+			return r.Name, r.BGPPeers, r.BGPPeers, nil
 		}
-		return host.Rack, nil, nil
+		return host.Rack, nil, nil, nil
 	}
 	info, ok, err := a.published()
 	if err != nil || !ok {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	peers := make([]config.BGPPeer, 0, len(info.Peers))
+	for _, p := range info.Peers {
+		all = append(all, p.BGPPeer)
+	}
+	peers = make([]config.BGPPeer, 0, len(info.Peers))
 	var errs []error
 	for _, p := range info.Peers {
 		c := p.BGPPeer
@@ -766,7 +788,7 @@ func (a *Agent) rackPeers() (string, []config.BGPPeer, error) {
 		}
 		peers = append(peers, c)
 	}
-	return info.Rack, peers, errors.Join(errs...)
+	return info.Rack, peers, all, errors.Join(errs...)
 }
 
 // published returns the hostinfo annotation of this host's Node.

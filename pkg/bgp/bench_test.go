@@ -88,7 +88,7 @@ func BenchmarkPlan1000(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		want, _ := normalize(paths, nil, nil)
+		want, _ := normalize(paths, nil, nil, &scopeTable{})
 		r.set("lb", want)
 		if cs := r.plan(); len(cs) != 1 {
 			b.Fatal(len(cs))
@@ -104,7 +104,7 @@ func BenchmarkRIB10k(b *testing.B) {
 	b.Run("full-unchanged", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			want, _ := normalize(paths, nil, nil)
+			want, _ := normalize(paths, nil, nil, &scopeTable{})
 			r.set("lb", want)
 			if cs := r.plan(); len(cs) != 0 {
 				b.Fatal(len(cs))
@@ -116,7 +116,7 @@ func BenchmarkRIB10k(b *testing.B) {
 		for i := range b.N {
 			p := paths[i%len(paths)]
 			p.Communities = []string{"65000:" + strconv.Itoa(i%2+2)}
-			want, _ := normalize([]Path{p}, nil, nil)
+			want, _ := normalize([]Path{p}, nil, nil, &scopeTable{})
 			r.update("lb", []netip.Prefix{p.Prefix}, want)
 			for _, c := range r.plan() {
 				r.commit(c)
@@ -132,7 +132,7 @@ func appliedRIB(n int) ([]Path, *rib) {
 		paths[i] = Path{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 32), Communities: []string{"65000:1"}}
 	}
 	r := newRIB()
-	want, _ := normalize(paths, nil, nil)
+	want, _ := normalize(paths, nil, nil, &scopeTable{})
 	r.set("lb", want)
 	apply(r)
 	return paths, r

@@ -485,3 +485,53 @@ func TestPrefixesAnnouncedFollowsChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestBIRDPeerScopes: paths limited to some peers (Path.Peers) reach those routers
+// only, carry no scope tag there, and move when their peer set changes; a path for
+// a peer the speaker does not have goes nowhere.
+func TestBIRDPeerScopes(t *testing.T) {
+	r := bird.Start(t, bird.Options{})
+	r2 := bird.Start(t, bird.Options{})
+	sp := runSpeaker(t, r, 0, Config{Peers: []config.BGPPeer{peerV4(r, 0), peerV4(r2, 0)}}, nil)
+	nowhere := netip.MustParsePrefix("198.51.100.12/32")
+	sp.Announce("lb", []Path{
+		{Prefix: lb4, Peers: []netip.Addr{r.RouterV4}},
+		{Prefix: lb4b},
+		{Prefix: lb6, Peers: []netip.Addr{r2.RouterV4}, LargeCommunities: []string{"65000:1:2"}},
+		{Prefix: nowhere, Peers: []netip.Addr{netip.MustParseAddr("192.0.2.99")}},
+	})
+	waitEstablished(t, r, r.Protocol(0, false))
+	waitEstablished(t, r2, r2.Protocol(0, false))
+	waitRoutes(t, r, lb4b, "the unscoped path", hasNextHops(r.SpeakerV4(0)))
+	waitRoutes(t, r2, lb4b, "the unscoped path", hasNextHops(r2.SpeakerV4(0)))
+	waitRoutes(t, r, lb4, "the path scoped to r", hasNextHops(r.SpeakerV4(0)))
+	rs := waitRoutes(t, r2, lb6, "the path scoped to r2", func(rs []bird.Route) bool { return len(rs) == 1 })
+	if !slices.Equal(rs[0].LargeCommunities, []string{"(65000, 1, 2)"}) && !slices.Equal(rs[0].LargeCommunities, []string{"65000:1:2"}) {
+		t.Errorf("r2's path for %s carries large communities %v, want only its own (no scope tag)", lb6, rs[0].LargeCommunities)
+	}
+	for _, c := range []struct {
+		r *bird.Router
+		p netip.Prefix
+	}{{r2, lb4}, {r, lb6}, {r, nowhere}, {r2, nowhere}} {
+		if got, err := c.r.RoutesFor(waitCtx(t), c.p); err != nil || len(got) != 0 {
+			t.Errorf("%s holds %s outside its scope: %+v, %v", c.r.RouterV4, c.p, got, err)
+		}
+	}
+	all, err := r.Routes(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range all {
+		for _, lc := range rt.LargeCommunities {
+			if strings.Contains(lc, "4294967295") {
+				t.Errorf("%s reached r with the scope tag %s", rt.Prefix, lc)
+			}
+		}
+	}
+	// lb4 moves from r to r2.
+	sp.Announce("lb", []Path{{Prefix: lb4, Peers: []netip.Addr{r2.RouterV4}}, {Prefix: lb4b}})
+	waitRoutes(t, r2, lb4, "moved to r2", hasNextHops(r2.SpeakerV4(0)))
+	waitRoutes(t, r, lb4, "withdrawn from r", gone)
+	waitRoutes(t, r2, lb6, "withdrawn", gone)
+	waitRoutes(t, r, lb4b, "kept", hasNextHops(r.SpeakerV4(0)))
+}

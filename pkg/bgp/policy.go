@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 
 	api "github.com/osrg/gobgp/v4/api"
 )
@@ -50,8 +51,78 @@ func importPolicy() *api.Policy {
 	}}}
 }
 
+// Per-peer scopes.
+//
+// A path with Path.Peers goes only to those peers. The speaker gives every distinct
+// peer set a scope, and the path an internal large community, its tag
+// scopeTagASN:<scope>:0; the export policy, ahead of the next-hop statements,
+// rejects a tagged path towards every peer its scope does not name, and strips the
+// tags from what it sends: no tag ever reaches a router. A path's own large
+// communities of that administrator are refused (normalize). Scopes are installed
+// in the policy before the first path that carries them is handed to GoBGP, so a
+// scoped path is never exported unfiltered. Scope numbers are never reused by a
+// speaker (their count is the number of distinct peer sets it was ever given).
+
+// scopeTagASN is the global administrator of the scope tags: 4294967295, the last
+// ASN, reserved (RFC 7300) and never a real one.
+const scopeTagASN uint32 = 4294967295
+
+// scopeTable numbers peer sets.
+type scopeTable struct {
+	byKey map[string]uint32
+	// peers[i] is scope i+1's set, sorted.
+	peers [][]netip.Addr
+}
+
+// id returns the scope of a peer set (any order, duplicates, IPv4-mapped forms),
+// numbering a new one.
+func (t *scopeTable) id(peers []netip.Addr) uint32 {
+	set := make([]netip.Addr, 0, len(peers))
+	for _, a := range peers {
+		set = append(set, a.Unmap())
+	}
+	slices.SortFunc(set, netip.Addr.Compare)
+	set = slices.Compact(set)
+	var b strings.Builder
+	for _, a := range set {
+		b.WriteString(a.String())
+		b.WriteByte(',')
+	}
+	key := b.String()
+	if id, ok := t.byKey[key]; ok {
+		return id
+	}
+	if t.byKey == nil {
+		t.byKey = map[string]uint32{}
+	}
+	t.peers = append(t.peers, set)
+	id := uint32(len(t.peers))
+	t.byKey[key] = id
+	return id
+}
+
+func scopeSetName(id uint32) string { return fmt.Sprintf("baremetal-ccm-scope-%d", id) }
+
+const allScopesSetName = "baremetal-ccm-scopes"
+
+// syncScopesLocked installs the policy when normalize numbered new scopes, before
+// their paths reach GoBGP. A failure is logged; the paths wait (dirty) until the
+// policy is in.
+func (s *Speaker) syncScopesLocked() {
+	if s.srv == nil || len(s.scopes.peers) == s.nhScopes {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := s.syncNextHopPolicyLocked(ctx); err != nil {
+		s.log.Error(err, "Installing the per-peer scopes failed; their paths wait")
+	}
+}
+
 // policyPeer is one peer's input to the policy.
 type policyPeer struct {
+	// addr is the router's address (what Path.Peers names).
+	addr         netip.Addr
 	alias, local netip.Addr
 	// partner is the "self" address of the family local is not (zero: unknown).
 	partner netip.Addr
@@ -99,8 +170,9 @@ func interfacePartner(local netip.Addr) netip.Addr {
 
 func neighborSetName(alias netip.Addr) string { return "baremetal-ccm-peer-" + alias.String() }
 
-// nextHopPolicy builds the export policy and the neighbor sets it uses.
-func nextHopPolicy(peers []policyPeer) ([]*api.DefinedSet, *api.Policy) {
+// nextHopPolicy builds the export policy and the sets it uses: the scopes' rejects
+// and tag removal, then the next hops.
+func nextHopPolicy(peers []policyPeer, scopes [][]netip.Addr) ([]*api.DefinedSet, *api.Policy) {
 	v4 := []*api.Family{{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}}
 	v6 := []*api.Family{{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}}
 	inner := []string{netip.PrefixFrom(innerHost, 32).String()}
@@ -119,7 +191,29 @@ func nextHopPolicy(peers []policyPeer) ([]*api.DefinedSet, *api.Policy) {
 		}
 		name := neighborSetName(p.alias)
 		sets = append(sets, &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: []string{netip.PrefixFrom(p.alias, 32).String()}})
-		nbr := &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: name}
+	}
+	if len(scopes) > 0 {
+		for i, set := range scopes {
+			id := uint32(i + 1)
+			sets = append(sets, &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_LARGE_COMMUNITY, Name: scopeSetName(id), List: []string{fmt.Sprintf("^%d:%d:0$", scopeTagASN, id)}})
+			for _, p := range peers {
+				if !p.local.IsValid() || slices.Contains(set, p.addr) {
+					continue
+				}
+				add(&api.Conditions{NeighborSet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: neighborSetName(p.alias)},
+					LargeCommunitySet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: scopeSetName(id)}}, reject)
+			}
+		}
+		tags := fmt.Sprintf("^%d:[0-9]+:0$", scopeTagASN)
+		sets = append(sets, &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_LARGE_COMMUNITY, Name: allScopesSetName, List: []string{tags}})
+		add(&api.Conditions{LargeCommunitySet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: allScopesSetName}},
+			&api.Actions{LargeCommunity: &api.CommunityAction{Type: api.CommunityAction_TYPE_REMOVE, Communities: []string{tags}}})
+	}
+	for _, p := range peers {
+		if !p.local.IsValid() {
+			continue
+		}
+		nbr := &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: neighborSetName(p.alias)}
 		same, other := v4, v6
 		if p.local.Is6() {
 			same, other = v6, v4
@@ -159,13 +253,13 @@ func (s *Speaker) syncNextHopPolicyLocked(ctx context.Context) error {
 		if !p.IsValid() {
 			p = interfacePartner(l)
 		}
-		peers = append(peers, policyPeer{alias: ap.alias, local: l, partner: p})
+		peers = append(peers, policyPeer{addr: ap.entry.addr.Unmap(), alias: ap.alias, local: l, partner: p})
 	}
 	slices.SortFunc(peers, func(a, b policyPeer) int { return a.alias.Compare(b.alias) })
-	if s.policyInstalled && slices.Equal(peers, s.nhSelf) {
+	if s.policyInstalled && slices.Equal(peers, s.nhSelf) && s.nhScopes == len(s.scopes.peers) {
 		return nil
 	}
-	sets, pol := nextHopPolicy(peers)
+	sets, pol := nextHopPolicy(peers, s.scopes.peers)
 	if err := s.srv.SetPolicies(ctx, &api.SetPoliciesRequest{DefinedSets: sets, Policies: []*api.Policy{pol, importPolicy()}}); err != nil {
 		return fmt.Errorf("installing the next-hop policy: %w", err)
 	}
@@ -182,7 +276,7 @@ func (s *Speaker) syncNextHopPolicyLocked(ctx context.Context) error {
 		s.policyInstalled = true
 	}
 	prev := s.nhSelf
-	s.nhSelf = peers
+	s.nhSelf, s.nhScopes = peers, len(s.scopes.peers)
 	for _, p := range peers {
 		if slices.Contains(prev, p) {
 			continue // unchanged: logged before

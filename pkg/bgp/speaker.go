@@ -112,6 +112,9 @@ type Path struct {
 	Communities, LargeCommunities []string
 	// LocalPref is sent to iBGP peers only (eBGP strips it, RFC 4271).
 	LocalPref *uint32
+	// Peers, when not nil, are the only peers (by router address) the path is sent
+	// to; nil: every peer. See scopes in policy.go.
+	Peers []netip.Addr
 }
 
 // PeerStatus is the state of one configured peer.
@@ -182,9 +185,13 @@ type Speaker struct {
 	log      klog.Logger
 	ran      bool
 	dirty    bool // a change failed; resync retries
-	// nhSelf is the installed next-hop policy's input (see policy.go).
+	// nhSelf is the installed next-hop policy's input (see policy.go), with nhScopes
+	// scopes.
 	nhSelf          []policyPeer
+	nhScopes        int
 	policyInstalled bool
+	// scopes are the peer sets of Path.Peers, by key (scopeKey), and their tags.
+	scopes scopeTable
 	// synced: Synced was called (sessions may open with DeferSessions).
 	synced bool
 	// restarting sets the Restart State bit on the peers added until the speaker is
@@ -531,10 +538,11 @@ func (s *Speaker) Synced() error {
 func (s *Speaker) Announce(source string, paths []Path) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	want, errs := normalize(paths, s.baseComm, s.baseLarge)
+	want, errs := normalize(paths, s.baseComm, s.baseLarge, &s.scopes)
 	for _, err := range errs {
 		s.log.Error(err, "Skipping invalid BGP path", "source", source)
 	}
+	s.syncScopesLocked()
 	s.rib.set(source, want)
 	desiredPaths.WithLabelValues(source).Set(float64(len(want)))
 	s.reconcileLocked()
@@ -550,10 +558,11 @@ func (s *Speaker) Update(source string, prefixes []netip.Prefix, paths []Path) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	want, errs := normalize(paths, s.baseComm, s.baseLarge)
+	want, errs := normalize(paths, s.baseComm, s.baseLarge, &s.scopes)
 	for _, err := range errs {
 		s.log.Error(err, "Skipping invalid BGP path", "source", source)
 	}
+	s.syncScopesLocked()
 	in := make(map[netip.Prefix]bool, len(prefixes))
 	for _, p := range prefixes {
 		in[p.Masked()] = true

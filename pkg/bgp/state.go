@@ -40,7 +40,7 @@ func (a attrs) equal(b attrs) bool {
 // normalize turns the API's Paths into keyed attributes, adding the speaker-wide
 // communities. Invalid paths are reported in errs and left out, never announced
 // without the attributes they asked for.
-func normalize(paths []Path, baseComm []uint32, baseLarge [][3]uint32) (map[pathKey]attrs, []error) {
+func normalize(paths []Path, baseComm []uint32, baseLarge [][3]uint32, scopes *scopeTable) (map[pathKey]attrs, []error) {
 	out := make(map[pathKey]attrs, len(paths))
 	var errs []error
 	for _, p := range paths {
@@ -65,12 +65,23 @@ func normalize(paths []Path, baseComm []uint32, baseLarge [][3]uint32) (map[path
 		}
 		for _, c := range p.LargeCommunities {
 			v, err := config.ParseLargeCommunity(c)
+			if err == nil && v[0] == scopeTagASN {
+				err = fmt.Errorf("large community %s: %d:*:* are reserved (the speaker's per-peer scopes, never sent)", c, scopeTagASN)
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("prefix %s: %w", prefix, err))
 				ok = false
 				continue
 			}
 			a.large = append(a.large, v)
+		}
+		if p.Peers != nil {
+			if slices.ContainsFunc(p.Peers, func(a netip.Addr) bool { return !a.IsValid() }) {
+				errs = append(errs, fmt.Errorf("prefix %s: an invalid peer address among the path's peers", prefix))
+				ok = false
+			} else if ok {
+				a.large = append(a.large, [3]uint32{scopeTagASN, scopes.id(p.Peers), 0})
+			}
 		}
 		for _, nh := range p.NextHops {
 			if !nh.IsValid() || nh.Unmap().Is4() != prefix.Addr().Is4() || nh.IsUnspecified() || nh.Zone() != "" {
@@ -129,6 +140,11 @@ type rib struct {
 	// next plan to compare everything (after reset).
 	dirty map[pathKey]struct{}
 	all   bool
+	// replaced are paths whose peer scope changed: GoBGP does not withdraw an
+	// ADD-PATH path from a peer its new version is filtered from, so the new
+	// version gets a new path identifier and the old one is withdrawn after it
+	// (make-before-break), until that withdrawal is committed.
+	replaced map[pathKey]appliedPath
 	// dirtyPeak is the most keys dirty since dirty was made: a map keeps its
 	// buckets when emptied, so after a burst an empty dirty is made anew.
 	dirtyPeak int
@@ -138,6 +154,7 @@ func newRIB() *rib {
 	return &rib{
 		sources: map[string]map[pathKey]attrs{}, hops: map[string]map[netip.Prefix][]netip.Addr{},
 		applied: map[pathKey]appliedPath{}, ids: map[netip.Prefix][]uint32{}, dirty: map[pathKey]struct{}{},
+		replaced: map[pathKey]appliedPath{},
 	}
 }
 
@@ -146,6 +163,7 @@ func (r *rib) reset() {
 	r.applied = map[pathKey]appliedPath{}
 	r.ids = map[netip.Prefix][]uint32{}
 	r.dirty = map[pathKey]struct{}{}
+	r.replaced = map[pathKey]appliedPath{}
 	r.all = true
 }
 
@@ -279,6 +297,14 @@ func (r *rib) plan() []change {
 	}
 	// IDs handed out by this plan, for prefixes that get new paths.
 	reserved := map[netip.Prefix][]uint32{}
+	newID := func(prefix netip.Prefix) uint32 {
+		id := uint32(1)
+		for slices.Contains(r.ids[prefix], id) || slices.Contains(reserved[prefix], id) {
+			id++
+		}
+		reserved[prefix] = append(reserved[prefix], id)
+		return id
+	}
 	var adds, dels []change
 	r.dirtyPeak = max(r.dirtyPeak, len(r.dirty))
 	for k := range r.dirty {
@@ -290,14 +316,14 @@ func (r *rib) plan() []change {
 				delete(r.dirty, k)
 				continue
 			}
+			if _, pending := r.replaced[k]; !pending && scopeOf(ap.attrs) != scopeOf(a) {
+				r.replaced[k] = ap
+				adds = append(adds, change{key: k, attrs: a, id: newID(k.prefix)})
+				continue
+			}
 			adds = append(adds, change{key: k, attrs: a, id: ap.id})
 		case wanted:
-			id := uint32(1)
-			for slices.Contains(r.ids[k.prefix], id) || slices.Contains(reserved[k.prefix], id) {
-				id++
-			}
-			reserved[k.prefix] = append(reserved[k.prefix], id)
-			adds = append(adds, change{key: k, attrs: a, id: id})
+			adds = append(adds, change{key: k, attrs: a, id: newID(k.prefix)})
 		case applied:
 			dels = append(dels, change{key: k, attrs: ap.attrs, id: ap.id, withdraw: true})
 		default:
@@ -307,9 +333,22 @@ func (r *rib) plan() []change {
 	if len(r.dirty) == 0 && r.dirtyPeak > 1024 {
 		r.dirty, r.dirtyPeak = map[pathKey]struct{}{}, 0
 	}
+	for k, old := range r.replaced {
+		dels = append(dels, change{key: k, attrs: old.attrs, id: old.id, withdraw: true})
+	}
 	sortChanges(adds)
 	sortChanges(dels)
 	return append(adds, dels...)
+}
+
+// scopeOf is the peer scope tag of a path's attributes (0: every peer).
+func scopeOf(a attrs) uint32 {
+	for _, l := range a.large {
+		if l[0] == scopeTagASN {
+			return l[1]
+		}
+	}
+	return 0
 }
 
 func sortChanges(cs []change) {
@@ -325,6 +364,21 @@ func (r *rib) commit(c change) {
 		r.dirty, r.dirtyPeak = map[pathKey]struct{}{}, 0
 	}
 	ids := r.ids[c.key.prefix]
+	if old, ok := r.replaced[c.key]; ok && c.withdraw && c.id == old.id {
+		// The replaced version is gone; if its successor never made it, the key
+		// is planned again.
+		delete(r.replaced, c.key)
+		if ap, ok := r.applied[c.key]; ok && ap.id == c.id {
+			delete(r.applied, c.key)
+			r.dirty[c.key] = struct{}{}
+		}
+		if ids = slices.DeleteFunc(ids, func(id uint32) bool { return id == c.id }); len(ids) == 0 {
+			delete(r.ids, c.key.prefix)
+		} else {
+			r.ids[c.key.prefix] = ids
+		}
+		return
+	}
 	if c.withdraw {
 		delete(r.applied, c.key)
 		if ids = slices.DeleteFunc(ids, func(id uint32) bool { return id == c.id }); len(ids) == 0 {
@@ -334,7 +388,7 @@ func (r *rib) commit(c change) {
 		}
 		return
 	}
-	if _, ok := r.applied[c.key]; !ok {
+	if !slices.Contains(ids, c.id) {
 		r.ids[c.key.prefix] = append(ids, c.id)
 	}
 	r.applied[c.key] = appliedPath{attrs: c.attrs, id: c.id}

@@ -5,7 +5,10 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
+
+	api "github.com/osrg/gobgp/v4/api"
 )
 
 var (
@@ -18,7 +21,7 @@ var (
 
 func mustNormalize(t *testing.T, paths ...Path) map[pathKey]attrs {
 	t.Helper()
-	m, errs := normalize(paths, nil, nil)
+	m, errs := normalize(paths, nil, nil, &scopeTable{})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -141,7 +144,7 @@ func TestNormalize(t *testing.T) {
 		{Prefix: pfx6, NextHops: []netip.Addr{nh1}},                                           // wrong family
 		{Prefix: netip.MustParsePrefix("2001:db8::2/128"), LargeCommunities: []string{"1:2"}}, // invalid large
 		{Prefix: netip.Prefix{}},
-	}, []uint32{1}, [][3]uint32{{9, 9, 9}})
+	}, []uint32{1}, [][3]uint32{{9, 9, 9}}, &scopeTable{})
 	if len(errs) != 4 {
 		t.Errorf("errors = %v, want 4", errs)
 	}
@@ -156,7 +159,7 @@ func TestNormalize(t *testing.T) {
 		t.Errorf("attrs = %+v", a)
 	}
 	// IPv4-mapped next hops are unmapped so they compare equal.
-	m, _ = normalize([]Path{{Prefix: pfxA, NextHops: []netip.Addr{netip.MustParseAddr("::ffff:10.0.0.1")}}}, nil, nil)
+	m, _ = normalize([]Path{{Prefix: pfxA, NextHops: []netip.Addr{netip.MustParseAddr("::ffff:10.0.0.1")}}}, nil, nil, &scopeTable{})
 	if _, ok := m[pathKey{pfxA, nh1}]; !ok {
 		t.Errorf("mapped next hop not unmapped: %v", m)
 	}
@@ -188,7 +191,7 @@ func TestToAPIPath(t *testing.T) {
 func TestNextHopPolicy(t *testing.T) {
 	a1, a2 := netip.MustParseAddr("127.77.0.1"), netip.MustParseAddr("127.77.0.2")
 	l4, l6 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")
-	sets, pol := nextHopPolicy([]policyPeer{{alias: a1, local: l4, partner: l6}, {alias: a2, local: l6}, {alias: netip.MustParseAddr("127.77.0.3")}})
+	sets, pol := nextHopPolicy([]policyPeer{{alias: a1, local: l4, partner: l6}, {alias: a2, local: l6}, {alias: netip.MustParseAddr("127.77.0.3")}}, nil)
 	// Two statements per peer with a local address, then the two loopback rejects.
 	if len(sets) != 2 || len(pol.Statements) != 6 {
 		t.Fatalf("sets %v, statements %v", sets, pol.Statements)
@@ -205,6 +208,58 @@ func TestNextHopPolicy(t *testing.T) {
 	}
 	if s3.Actions.Nexthop != nil || s3.Actions.RouteAction != 2 {
 		t.Errorf("no partner: want reject, got %v", s3)
+	}
+}
+
+// A scoped path is tagged with its peer set's scope (one per distinct set, in any
+// order); the policy rejects it towards the other peers and strips every tag, ahead
+// of the next-hop statements; a path's own reserved large community is refused.
+func TestScopes(t *testing.T) {
+	r1, r2, r3 := netip.MustParseAddr("10.0.0.254"), netip.MustParseAddr("10.0.1.254"), netip.MustParseAddr("fd00::fe")
+	var tbl scopeTable
+	m, errs := normalize([]Path{
+		{Prefix: pfxA, Peers: []netip.Addr{r2, r1}},
+		{Prefix: pfxB, Peers: []netip.Addr{r1, r2, r1}},
+		{Prefix: pfx6, Peers: []netip.Addr{}},
+		{Prefix: netip.MustParsePrefix("192.0.2.9/32"), LargeCommunities: []string{"4294967295:1:0"}},
+	}, nil, nil, &tbl)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "reserved") {
+		t.Fatalf("errs = %v, want the reserved large community refused", errs)
+	}
+	tag := func(k pathKey) [][3]uint32 { return m[k].large }
+	if a, b := tag(pathKey{prefix: pfxA}), tag(pathKey{prefix: pfxB}); len(a) != 1 || !slices.Equal(a, b) || a[0] != [3]uint32{scopeTagASN, 1, 0} {
+		t.Errorf("same set, same scope: %v %v", a, b)
+	}
+	if c := tag(pathKey{prefix: pfx6}); len(c) != 1 || c[0][1] != 2 {
+		t.Errorf("the empty set (no peer) is a scope of its own: %v", c)
+	}
+	a1, a2, a3 := netip.MustParseAddr("127.77.0.1"), netip.MustParseAddr("127.77.0.2"), netip.MustParseAddr("127.77.0.3")
+	peers := []policyPeer{{addr: r1, alias: a1, local: netip.MustParseAddr("10.0.0.1")}, {addr: r2, alias: a2, local: netip.MustParseAddr("10.0.1.1")},
+		{addr: r3, alias: a3, local: netip.MustParseAddr("fd00::1")}}
+	_, pol := nextHopPolicy(peers, tbl.peers)
+	var rejects []string
+	strip := -1
+	firstNH := -1
+	for i, st := range pol.Statements {
+		c := st.Conditions
+		switch {
+		case c.LargeCommunitySet != nil && c.NeighborSet != nil && st.Actions.RouteAction == api.RouteAction_ROUTE_ACTION_REJECT:
+			rejects = append(rejects, c.NeighborSet.Name+" "+c.LargeCommunitySet.Name)
+		case st.Actions.LargeCommunity != nil:
+			strip = i
+		case st.Actions.Nexthop != nil && firstNH < 0:
+			firstNH = i
+		}
+	}
+	want := []string{
+		neighborSetName(a3) + " " + scopeSetName(1),
+		neighborSetName(a1) + " " + scopeSetName(2), neighborSetName(a2) + " " + scopeSetName(2), neighborSetName(a3) + " " + scopeSetName(2),
+	}
+	if !slices.Equal(rejects, want) {
+		t.Errorf("rejects %v, want %v", rejects, want)
+	}
+	if strip < len(rejects) || firstNH < strip {
+		t.Errorf("statement order: rejects 0-%d, strip %d, first next hop %d; want rejects, strip, next hops", len(rejects)-1, strip, firstNH)
 	}
 }
 
@@ -334,5 +389,50 @@ func TestRIBIncrementalMatchesFull(t *testing.T) {
 		if cs := r.plan(); len(cs) != 0 {
 			t.Fatalf("step %d: a plan right after applying changes %v", step, describe(cs))
 		}
+	}
+}
+
+// A path whose peer scope changes is re-announced under a new path identifier and
+// its old version withdrawn after it (GoBGP would not withdraw an ADD-PATH path
+// from a peer its new version is filtered from); a plain attribute change keeps
+// the identifier. A failed add is planned again once the old one is withdrawn.
+func TestRIBScopeChangeReplacesPath(t *testing.T) {
+	tbl := &scopeTable{}
+	norm := func(p Path) map[pathKey]attrs {
+		m, errs := normalize([]Path{p}, nil, nil, tbl)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return m
+	}
+	r1, r2 := netip.MustParseAddr("10.0.0.254"), netip.MustParseAddr("10.0.1.254")
+	r := newRIB()
+	r.set("lb", norm(Path{Prefix: pfxA, Peers: []netip.Addr{r1}}))
+	apply(r)
+	r.set("lb", norm(Path{Prefix: pfxA, Peers: []netip.Addr{r2}}))
+	cs := apply(r)
+	if len(cs) != 2 || cs[0].withdraw || cs[0].id != 2 || !cs[1].withdraw || cs[1].id != 1 {
+		t.Fatalf("scope change: %+v, want add id 2 then del id 1", cs)
+	}
+	if ap := r.applied[pathKey{prefix: pfxA}]; ap.id != 2 || scopeOf(ap.attrs) != 2 || !slices.Equal(r.ids[pfxA], []uint32{2}) {
+		t.Fatalf("applied %+v, ids %v", ap, r.ids[pfxA])
+	}
+	r.set("lb", norm(Path{Prefix: pfxA, Peers: []netip.Addr{r2}, Communities: []string{"65000:1"}}))
+	if cs := apply(r); len(cs) != 1 || cs[0].id != 2 || cs[0].withdraw {
+		t.Fatalf("same scope, new community: %+v, want an update of id 2", cs)
+	}
+	// The add fails, the withdrawal of the old version succeeds: planned again.
+	r.set("lb", norm(Path{Prefix: pfxA}))
+	cs = r.plan()
+	for _, c := range cs {
+		if c.withdraw {
+			r.commit(c)
+		}
+	}
+	if cs := apply(r); len(cs) != 1 || cs[0].withdraw || scopeOf(cs[0].attrs) != 0 {
+		t.Fatalf("after a failed add: %+v, want the unscoped path added", cs)
+	}
+	if len(r.replaced) != 0 || len(r.applied) != 1 {
+		t.Fatalf("replaced %v, applied %v", r.replaced, r.applied)
 	}
 }

@@ -40,3 +40,22 @@ func TestPokesCoalesceAndLoopPasses(t *testing.T) {
 		t.Fatal("Loop did not end with its context")
 	}
 }
+
+// A Gate waits until opened (at most its bound), opens once, and a nil Gate
+// ignores Open.
+func TestGate(t *testing.T) {
+	g := NewGate()
+	if g.Wait(context.Background(), 10*time.Millisecond) {
+		t.Fatal("a new Gate is open")
+	}
+	go g.Open()
+	if !g.Wait(context.Background(), time.Minute) {
+		t.Fatal("an opened Gate is not")
+	}
+	g.Open()
+	if !g.Wait(context.Background(), 0) {
+		t.Fatal("an open Gate with no time left")
+	}
+	var none *Gate
+	none.Open()
+}

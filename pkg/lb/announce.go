@@ -38,6 +38,18 @@ type Announcement struct {
 	// NextHops); SelfGracefulShutdown marks the path with next hop self so.
 	GracefulShutdown     []netip.Addr
 	SelfGracefulShutdown bool
+	// Peers, when not nil, are the only peers (router addresses) the prefix goes
+	// to (BGPAdvertisements); nil: every peer.
+	Peers []netip.Addr
+}
+
+// Advertising is how an address is advertised (BGPAdvertisements, pkg/adverts):
+// to Peers only when not nil (empty: to none), with these communities and local
+// preference added.
+type Advertising struct {
+	Peers                         []netip.Addr
+	Communities, LargeCommunities []string
+	LocalPref                     *uint32
 }
 
 // State is what the announcements are computed from: the replica's informer caches.
@@ -69,6 +81,9 @@ type State struct {
 	// GracefulShutdown, when set (bgp.gracefulShutdown), keeps a draining node's
 	// paths, marked, until its endpoints are gone and its time has passed.
 	GracefulShutdown *GracefulShutdown
+	// Advertise, when set, says how an address of the named pool held by svc is
+	// advertised, or false when nothing says (to every peer).
+	Advertise func(svc *v1.Service, pool string) (Advertising, bool)
 }
 
 // Problem is a Service whose announcement could not be computed as asked (for
@@ -131,6 +146,16 @@ func Desired(s State) ([]Announcement, []Problem) {
 				a.Communities = append(a.Communities, p.Communities...)
 				a.LargeCommunities = append(a.LargeCommunities, p.LargeCommunities...)
 				a.LocalPref = p.LocalPreference
+				if s.Advertise != nil {
+					if adv, ok := s.Advertise(svc, p.Name); ok {
+						a.Peers = adv.Peers // nil: every peer
+						a.Communities = appendUnique(a.Communities, adv.Communities...)
+						a.LargeCommunities = appendUnique(a.LargeCommunities, adv.LargeCommunities...)
+						if adv.LocalPref != nil && (a.LocalPref == nil || *adv.LocalPref > *a.LocalPref) {
+							a.LocalPref = adv.LocalPref
+						}
+					}
+				}
 			}
 			a.Communities = appendUnique(a.Communities, comms...)
 			a.LargeCommunities = appendUnique(a.LargeCommunities, large...)
@@ -158,6 +183,14 @@ func Desired(s State) ([]Announcement, []Problem) {
 				out[i].SelfGracefulShutdown = out[i].SelfGracefulShutdown && a.SelfGracefulShutdown
 				out[i].Communities = appendUnique(out[i].Communities, a.Communities...)
 				out[i].LargeCommunities = appendUnique(out[i].LargeCommunities, a.LargeCommunities...)
+				if out[i].Peers != nil {
+					if a.Peers == nil {
+						out[i].Peers = nil // one of them goes to every peer
+					} else {
+						out[i].Peers = appendUniqueAddr(out[i].Peers, a.Peers...)
+						slices.SortFunc(out[i].Peers, netip.Addr.Compare)
+					}
+				}
 				continue
 			}
 			seen[a.Prefix] = len(out)

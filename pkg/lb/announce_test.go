@@ -171,6 +171,43 @@ func TestDesiredSharedIP(t *testing.T) {
 	}
 }
 
+// BGPAdvertisements (State.Advertise): a covered address goes to its peers only,
+// with the advertisement's communities and the higher local preference; a shared IP
+// goes to the union of its Services' peers, and to every peer when one of them is
+// uncovered.
+func TestDesiredAdvertise(t *testing.T) {
+	pool := &config.AddressPool{Name: "edge", Communities: []string{"65000:1"}, LocalPreference: ptr.To[uint32](100)}
+	r1, r2 := netip.MustParseAddr("10.0.255.1"), netip.MustParseAddr("10.0.255.2")
+	adv := map[string]Advertising{
+		"a": {Peers: []netip.Addr{r1}, Communities: []string{"65000:9"}, LocalPref: ptr.To[uint32](200)},
+		"b": {Peers: []netip.Addr{r2}},
+	}
+	st := func(svcs ...*v1.Service) State {
+		return State{Services: svcs, NextHop: config.NextHopSelf,
+			Pool:           func(netip.Addr) (*config.AddressPool, bool) { return pool, true },
+			EndpointSlices: func(string, string) []*discoveryv1.EndpointSlice { return nil },
+			Advertise: func(svc *v1.Service, p string) (Advertising, bool) {
+				if p != "edge" {
+					t.Errorf("Advertise asked about pool %q", p)
+				}
+				a, ok := adv[svc.Name]
+				return a, ok
+			}}
+	}
+	got, _ := Desired(st(lbService("default", "a", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1")))
+	if len(got) != 1 || !slices.Equal(got[0].Peers, []netip.Addr{r1}) || !slices.Equal(got[0].Communities, []string{"65000:1", "65000:9"}) || *got[0].LocalPref != 200 {
+		t.Fatalf("covered: %+v", got)
+	}
+	got, _ = Desired(st(lbService("default", "a", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1"), lbService("default", "b", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1")))
+	if len(got) != 1 || !slices.Equal(got[0].Peers, []netip.Addr{r1, r2}) {
+		t.Fatalf("shared by two covered Services: %+v", got)
+	}
+	got, _ = Desired(st(lbService("default", "a", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1"), lbService("default", "c", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1")))
+	if len(got) != 1 || got[0].Peers != nil {
+		t.Fatalf("shared with an uncovered Service: %+v, want every peer", got)
+	}
+}
+
 func TestEligible(t *testing.T) {
 	deleting := node("d", true, "10.0.0.9")
 	deleting.DeletionTimestamp = &metav1.Time{}

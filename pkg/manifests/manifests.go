@@ -203,6 +203,9 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		// decides (status).
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgppeers"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgppeers/status"}, Verbs: []string{"update"}},
+		// BGP advertisements likewise.
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpadvertisements"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpadvertisements/status"}, Verbs: []string{"update"}},
 		// Address claims (pkg/lb: one IPAddress per load-balancer address).
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"get", "list", "create", "delete"}},
 		// The out-of-service taint comes off only once the powered-off Node holds no pod
@@ -361,6 +364,7 @@ func AgentClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpsessionstates"}, Verbs: []string{"list", "create", "update", "delete"}},
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"ippools"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgppeers"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpadvertisements"}, Verbs: []string{"list", "watch"}},
 	}
 }
 

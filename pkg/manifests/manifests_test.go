@@ -91,6 +91,7 @@ func TestAgentRBAC(t *testing.T) {
 		{"baremetal-ccm.io", "bgpsessionstates", "update"}: true, {"baremetal-ccm.io", "bgpsessionstates", "delete"}: true,
 		{"baremetal-ccm.io", "ippools", "list"}: true, {"baremetal-ccm.io", "ippools", "watch"}: true,
 		{"baremetal-ccm.io", "bgppeers", "list"}: true, {"baremetal-ccm.io", "bgppeers", "watch"}: true,
+		{"baremetal-ccm.io", "bgpadvertisements", "list"}: true, {"baremetal-ccm.io", "bgpadvertisements", "watch"}: true,
 	}
 	got := map[grant]bool{}
 	for _, r := range AgentClusterRoleRules() {

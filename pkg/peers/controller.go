@@ -66,9 +66,21 @@ func (c *Controller) Pass(ctx context.Context) {
 		return
 	}
 	objs = sorted(objs)
-	// owner: which object holds each address in force, as decided so far. An object
-	// keeps the address it applies unless an older one takes it.
+	// owner: which object holds each address in force: what the objects apply now
+	// (the older first, should two), replaced as the pass decides. A change to an
+	// address another object has in force is a Conflict, whatever their ages; among
+	// objects not applied yet, the older gets an address.
 	owner := map[netip.Addr]string{}
+	for _, o := range objs {
+		if o.DeletionTimestamp != nil || o.Status.Applied == nil {
+			continue
+		}
+		if a, err := netip.ParseAddr(o.Status.Applied.Address); err == nil {
+			if _, taken := owner[a.Unmap()]; !taken {
+				owner[a.Unmap()] = o.Name
+			}
+		}
+	}
 	for _, o := range objs {
 		if o.DeletionTimestamp != nil {
 			continue
@@ -79,7 +91,7 @@ func (c *Controller) Pass(ctx context.Context) {
 		reason, msg := check(o, c.File, owner)
 		if reason != "" {
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reason, msg
-			if applied != nil && !taken(applied, c.File, owner) {
+			if applied != nil && !taken(o.Name, applied, c.File, owner) {
 				cond.Message += "; the last accepted spec (status.applied) stays in force"
 			} else {
 				// Its address is a CloudConfig peer's or an older object's now.
@@ -94,18 +106,23 @@ func (c *Controller) Pass(ctx context.Context) {
 				cond.Message = fmt.Sprintf("the same as the CloudConfig's bgp.peers[%d]: in force where a replica's CloudConfig has it no more (status.applied)", i)
 			}
 		}
+		for a, n := range owner {
+			if n == o.Name {
+				delete(owner, a)
+			}
+		}
 		if applied != nil {
 			if a, err := netip.ParseAddr(applied.Address); err == nil {
-				owner[a] = o.Name
+				owner[a.Unmap()] = o.Name
 			}
 		}
 		c.writeStatus(ctx, o, cond, applied, now())
 	}
 }
 
-// taken reports whether the address of an applied spec now belongs to a CloudConfig
-// peer or an older object.
-func taken(applied *v1alpha1.BGPPeerSpec, file []config.BGPPeer, owner map[netip.Addr]string) bool {
+// taken reports whether the address of self's applied spec belongs to a
+// CloudConfig peer (other than the same peer) or another object.
+func taken(self string, applied *v1alpha1.BGPPeerSpec, file []config.BGPPeer, owner map[netip.Addr]string) bool {
 	for i := range file {
 		if sameAddr(file[i].Address, applied.Address) && !SameAsFile(&file[i], applied) {
 			return true
@@ -115,8 +132,8 @@ func taken(applied *v1alpha1.BGPPeerSpec, file []config.BGPPeer, owner map[netip
 	if err != nil {
 		return true
 	}
-	_, ok := owner[a]
-	return ok
+	n, ok := owner[a.Unmap()]
+	return ok && n != self
 }
 
 // writeStatus writes o's status when it differs.

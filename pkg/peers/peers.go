@@ -102,7 +102,7 @@ func Effective(file []config.BGPPeer, objs []*v1alpha1.BGPPeer) []Peer {
 	taken := map[netip.Addr]bool{}
 	for i := range file {
 		if a, err := netip.ParseAddr(file[i].Address); err == nil {
-			taken[a] = true
+			taken[a.Unmap()] = true
 		}
 	}
 	var out []Peer
@@ -111,9 +111,10 @@ func Effective(file []config.BGPPeer, objs []*v1alpha1.BGPPeer) []Peer {
 			continue
 		}
 		a, err := netip.ParseAddr(o.Status.Applied.Address)
-		if err != nil || taken[a] {
+		if err != nil || taken[a.Unmap()] {
 			continue
 		}
+		a = a.Unmap()
 		sel, err := selector(o.Status.Applied.NodeSelector)
 		if err != nil {
 			continue
@@ -150,7 +151,7 @@ func For(peers []Peer, node *v1.Node, exclude []config.BGPPeer) []config.BGPPeer
 func sameAddr(a, b string) bool {
 	x, err1 := netip.ParseAddr(a)
 	y, err2 := netip.ParseAddr(b)
-	return err1 == nil && err2 == nil && x == y
+	return err1 == nil && err2 == nil && x.Unmap() == y.Unmap()
 }
 
 func selector(s *metav1.LabelSelector) (labels.Selector, error) {
@@ -196,16 +197,16 @@ func withAddr(p config.BGPPeer, addr string) config.BGPPeer {
 func check(o *v1alpha1.BGPPeer, file []config.BGPPeer, owner map[netip.Addr]string) (reason, msg string) {
 	p := field.NewPath("spec")
 	var errs field.ErrorList
-	if o.Spec.ASN < 1 || o.Spec.ASN > 1<<32-1 {
-		errs = append(errs, field.Invalid(p.Child("asn"), o.Spec.ASN, "the neighbor's AS number, 1-4294967295"))
+	if o.Spec.ASN < 1 || o.Spec.ASN > 1<<32-2 {
+		errs = append(errs, field.Invalid(p.Child("asn"), o.Spec.ASN, "the neighbor's AS number, 1-4294967294"))
 	}
 	cand := ToConfig(&o.Spec)
-	if cand.ASN == 0 {
+	if o.Spec.ASN < 1 || o.Spec.ASN > 1<<32-2 {
 		cand.ASN = 1 // reported above
 	}
 	errs = append(errs, config.ValidateBGPPeer(&cand, p)...)
 	if _, err := selector(o.Spec.NodeSelector); err != nil {
-		errs = append(errs, field.Invalid(p.Child("nodeSelector"), o.Spec.NodeSelector, err.Error()))
+		errs = append(errs, field.Invalid(p.Child("nodeSelector"), metav1.FormatLabelSelector(o.Spec.NodeSelector), err.Error()))
 	}
 	if len(errs) > 0 {
 		return v1alpha1.PeerReasonInvalid, errs.ToAggregate().Error()
@@ -216,7 +217,7 @@ func check(o *v1alpha1.BGPPeer, file []config.BGPPeer, owner map[netip.Addr]stri
 			return v1alpha1.PeerReasonConflict, fmt.Sprintf("spec.address: %s is the CloudConfig's bgp.peers[%d] with other settings: make them equal (to move the peer into the cluster: baremetal-ccmctl peers convert) or remove it from every replica's CloudConfig", cand.Address, i)
 		}
 	}
-	if other, ok := owner[a]; ok && other != o.Name {
+	if other, ok := owner[a.Unmap()]; ok && other != o.Name {
 		return v1alpha1.PeerReasonConflict, fmt.Sprintf("spec.address: %s is BGPPeer %s's: configure each neighbor once", cand.Address, other)
 	}
 	return "", ""

@@ -302,3 +302,24 @@ func toJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// An older peer's change to an address a newer one has in force is the Conflict:
+// the newer keeps its session, the older its last good address.
+func TestOlderChangeDoesNotTakeAnAppliedAddress(t *testing.T) {
+	l := newLab(t, nil, peer("older", time.Hour, "192.0.2.1", 64512), peer("newer", time.Minute, "192.0.2.2", 64512))
+	l.pass()
+	o := l.get("older")
+	o.Spec.Address = "192.0.2.2"
+	l.update(o)
+	l.pass()
+	o = l.want("older", metav1.ConditionFalse, v1alpha1.PeerReasonConflict, "BGPPeer newer", "stays in force")
+	if o.Status.Applied.Address != "192.0.2.1" {
+		t.Errorf("older applies %s", o.Status.Applied.Address)
+	}
+	if n := l.want("newer", metav1.ConditionTrue, v1alpha1.PeerReasonAccepted); n.Status.Applied == nil || n.Status.Applied.Address != "192.0.2.2" {
+		t.Errorf("newer lost its address: %+v", n.Status.Applied)
+	}
+	if eff := Effective(nil, l.list()); len(eff) != 2 {
+		t.Errorf("in force %+v, want both", eff)
+	}
+}

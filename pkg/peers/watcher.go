@@ -3,12 +3,9 @@ package peers
 import (
 	"context"
 	"reflect"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
@@ -24,11 +21,10 @@ type Watcher struct {
 	File []config.BGPPeer
 	// Changed, when set, is called after Current changed.
 	Changed func()
-	// Synced, when set, is closed once the BGPPeers were read the first time.
-	Synced chan struct{}
+	// Synced, when set, opens once the BGPPeers were read the first time.
+	Synced *kick.Gate
 
-	cur  atomic.Pointer[[]Peer]
-	once sync.Once
+	cur atomic.Pointer[[]Peer]
 }
 
 // Current returns the BGPPeers in force (none before the first read).
@@ -39,37 +35,14 @@ func (w *Watcher) Current() []Peer {
 	return nil
 }
 
-// WaitSynced waits for w.Synced up to timeout (the BGPPeers cannot be read: their
-// CRD is missing, the API server is away) and reports whether it closed.
-func (w *Watcher) WaitSynced(ctx context.Context, timeout time.Duration) bool {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-w.Synced:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
-}
-
 // Run watches the BGPPeers through factory (which it starts) until ctx ends.
 func (w *Watcher) Run(ctx context.Context, factory externalversions.SharedInformerFactory) {
 	logger := klog.FromContext(ctx).WithName("bgp-peers")
 	inf := factory.BaremetalCCM().V1alpha1().BGPPeers()
-	wake := kick.New()
-	reg, err := inf.Informer().AddEventHandler(wake.Handler())
-	if err != nil {
-		logger.Error(err, "BGPPeers are not watched: only the CloudConfig's and the racks' peers are in force")
-		return
-	}
-	defer func() { _ = inf.Informer().RemoveEventHandler(reg) }()
+	informer := inf.Informer()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
-		return
-	}
-	kick.Loop(ctx, wake, 0, func() {
+	err := kick.Watch(ctx, informer, 0, func() {
 		if objs, err := inf.Lister().List(labels.Everything()); err == nil {
 			want := Effective(w.File, objs)
 			if old := w.Current(); !reflect.DeepEqual(summary(want), summary(old)) {
@@ -80,12 +53,11 @@ func (w *Watcher) Run(ctx context.Context, factory externalversions.SharedInform
 				}
 			}
 		}
-		w.once.Do(func() {
-			if w.Synced != nil {
-				close(w.Synced)
-			}
-		})
+		w.Synced.Open()
 	})
+	if err != nil {
+		logger.Error(err, "BGPPeers are not watched: only the CloudConfig's and the racks' peers are in force")
+	}
 }
 
 // summary is what decides a change: every peer's name, settings and selector.

@@ -26,16 +26,17 @@ type MetalLB struct {
 	BFDProfiles    []metallbv1beta1.BFDProfile
 }
 
-// Imported is what MetalLB's objects become: IPPools (with the communities and local
-// preference of the BGPAdvertisements that select them), BGPPeers (with their
+// Imported is what MetalLB's objects become: IPPools, BGPPeers (with their
 // BFDProfiles' timers; LocalASN is their myASN, for the CloudConfig's bgp.localASN),
-// and a warning for everything that has no equivalent (so nothing is dropped
-// silently).
+// BGPAdvertisements (pools, peers, communities with their aliases resolved, local
+// preference), and a warning for everything that has no equivalent (so nothing is
+// dropped silently).
 type Imported struct {
-	Pools    []v1alpha1.IPPool
-	LocalASN uint32
-	Peers    []v1alpha1.BGPPeer
-	Warnings []string
+	Pools          []v1alpha1.IPPool
+	LocalASN       uint32
+	Peers          []v1alpha1.BGPPeer
+	Advertisements []v1alpha1.BGPAdvertisement
+	Warnings       []string
 }
 
 // FromMetalLB converts m. MetalLB serves an IPAddressPool's addresses to the Services
@@ -83,44 +84,12 @@ func FromMetalLB(m MetalLB) Imported {
 		}
 		var advs []string
 		for _, a := range m.Advertisements {
-			if !selects(&a, &p) {
-				continue
-			}
-			advs = append(advs, a.Name)
-			for _, c := range a.Spec.Communities {
-				v := c
-				if alias, ok := aliases[c]; ok {
-					v = alias
-				}
-				if large, ok := strings.CutPrefix(v, "large:"); ok {
-					s.LargeCommunities = appendNew(s.LargeCommunities, large)
-				} else {
-					s.Communities = appendNew(s.Communities, v)
-				}
-			}
-			if a.Spec.LocalPref != 0 {
-				lp := int64(a.Spec.LocalPref)
-				if s.LocalPreference != nil && *s.LocalPreference != lp {
-					warn("%s: BGPAdvertisements set localPref %d and %d; %d is imported", name, *s.LocalPreference, lp, max(*s.LocalPreference, lp))
-					lp = max(*s.LocalPreference, lp)
-				}
-				s.LocalPreference = &lp
-			}
-			if l := a.Spec.AggregationLength; l != nil && *l != 32 {
-				warn("%s: BGPAdvertisement %s aggregates to /%d; baremetal-ccm announces each address (/32)", name, a.Name, *l)
-			}
-			if l := a.Spec.AggregationLengthV6; l != nil && *l != 128 {
-				warn("%s: BGPAdvertisement %s aggregates IPv6 to /%d; baremetal-ccm announces each address (/128)", name, a.Name, *l)
-			}
-			if len(a.Spec.Peers) > 0 {
-				warn("%s: BGPAdvertisement %s goes only to peers %v; baremetal-ccm announces a pool to every peer", name, a.Name, a.Spec.Peers)
-			}
-			if len(a.Spec.NodeSelectors) > 0 {
-				warn("%s: BGPAdvertisement %s selects nodes; baremetal-ccm's announcers are its replicas and agents (bgp.nextHop says which nodes take the traffic)", name, a.Name)
+			if selects(&a, &p) {
+				advs = append(advs, a.Name)
 			}
 		}
 		if len(advs) == 0 {
-			warn("%s: no BGPAdvertisement selects it, so MetalLB did not announce it over BGP; imported, baremetal-ccm announces it", name)
+			warn("%s: no BGPAdvertisement selects it, so MetalLB did not announce it over BGP; imported, baremetal-ccm announces it to every peer", name)
 		}
 		out.Pools = append(out.Pools, v1alpha1.IPPool{
 			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "IPPool"},
@@ -135,12 +104,57 @@ func FromMetalLB(m MetalLB) Imported {
 		warn("MetalLB tries restricted pools (serviceAllocation namespaces or selectors) before open ones of the same priority; baremetal-ccm orders by priority, then name: give the restricted pools a lower priority to keep MetalLB's order")
 	}
 	for _, a := range m.Advertisements {
-		for _, name := range a.Spec.IPAddressPools {
-			if !slices.ContainsFunc(m.Pools, func(p metallbv1beta1.IPAddressPool) bool { return p.Name == name }) {
-				warn("BGPAdvertisement %s/%s names IPAddressPool %s, which is not among the imported objects", a.Namespace, a.Name, name)
+		name := "BGPAdvertisement " + a.Namespace + "/" + a.Name
+		for _, pool := range a.Spec.IPAddressPools {
+			if !slices.ContainsFunc(m.Pools, func(p metallbv1beta1.IPAddressPool) bool { return p.Name == pool }) {
+				warn("%s names IPAddressPool %s, which is not among the imported objects", name, pool)
 			}
 		}
+		for _, peer := range a.Spec.Peers {
+			if !slices.ContainsFunc(m.Peers, func(p metallbv1beta2.BGPPeer) bool { return p.Name == peer }) {
+				warn("%s names BGPPeer %s, which is not among the imported objects", name, peer)
+			}
+		}
+		s := v1alpha1.BGPAdvertisementSpec{IPPools: slices.Clone(a.Spec.IPAddressPools), Peers: slices.Clone(a.Spec.Peers)}
+		switch len(a.Spec.IPAddressPoolSelectors) {
+		case 0:
+		case 1:
+			s.IPPoolSelector = a.Spec.IPAddressPoolSelectors[0].DeepCopy()
+		default:
+			s.IPPoolSelector = a.Spec.IPAddressPoolSelectors[0].DeepCopy()
+			warn("%s: %d ipAddressPoolSelectors (MetalLB covers a pool matching any); only the first is imported: merge them into one selector", name, len(a.Spec.IPAddressPoolSelectors))
+		}
+		for _, c := range a.Spec.Communities {
+			v := c
+			if alias, ok := aliases[c]; ok {
+				v = alias
+			}
+			if large, ok := strings.CutPrefix(v, "large:"); ok {
+				s.LargeCommunities = appendNew(s.LargeCommunities, large)
+			} else {
+				s.Communities = appendNew(s.Communities, v)
+			}
+		}
+		if a.Spec.LocalPref != 0 {
+			lp := int64(a.Spec.LocalPref)
+			s.LocalPreference = &lp
+		}
+		if l := a.Spec.AggregationLength; l != nil && *l != 32 {
+			warn("%s aggregates to /%d; baremetal-ccm announces each address (/32)", name, *l)
+		}
+		if l := a.Spec.AggregationLengthV6; l != nil && *l != 128 {
+			warn("%s aggregates IPv6 to /%d; baremetal-ccm announces each address (/128)", name, *l)
+		}
+		if len(a.Spec.NodeSelectors) > 0 {
+			warn("%s selects nodes; baremetal-ccm's announcers are its replicas and agents (a BGPPeer's nodeSelector picks which hosts peer, bgp.nextHop which nodes take the traffic)", name)
+		}
+		out.Advertisements = append(out.Advertisements, v1alpha1.BGPAdvertisement{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "BGPAdvertisement"},
+			ObjectMeta: metav1.ObjectMeta{Name: a.Name},
+			Spec:       s,
+		})
 	}
+	sort.Slice(out.Advertisements, func(i, j int) bool { return out.Advertisements[i].Name < out.Advertisements[j].Name })
 	profiles := map[string]*metallbv1beta1.BFDProfile{}
 	for i := range m.BFDProfiles {
 		profiles[m.BFDProfiles[i].Name] = &m.BFDProfiles[i]
@@ -188,6 +202,27 @@ func FromMetalLB(m MetalLB) Imported {
 				s.BFD = &v1alpha1.BFDSpec{}
 				warn("%s: BFDProfile %s is not among the imported objects: BFD imported with the default timers (300ms x 3)", name, bp)
 			}
+		}
+		if s.BFD != nil && s.EBGPMultihop > 0 {
+			warn("%s: BFD with ebgpMultiHop: the speaker runs single-hop BFD only, so BFD is left out", name)
+			s.BFD = nil
+		}
+		for field, d := range map[string]*metav1.Duration{"holdTime": s.HoldTime, "keepaliveTime": s.KeepaliveTime, "connectTime": s.ConnectRetry} {
+			if d != nil && d.Duration == 0 {
+				warn("%s: %s 0 is left out (the embedded speaker cannot turn the timer off): the default applies", name, field)
+			}
+		}
+		if s.HoldTime != nil && s.HoldTime.Duration == 0 {
+			s.HoldTime = nil
+		}
+		if s.KeepaliveTime != nil && s.KeepaliveTime.Duration == 0 {
+			s.KeepaliveTime = nil
+		}
+		if s.ConnectRetry != nil && s.ConnectRetry.Duration == 0 {
+			s.ConnectRetry = nil
+		}
+		if slices.ContainsFunc(out.Peers, func(o v1alpha1.BGPPeer) bool { return o.Name == p.Name }) {
+			warn("%s: another imported BGPPeer is named %s (a BGPPeer is cluster-scoped): rename one before applying", name, p.Name)
 		}
 		if p.Spec.Password != "" || p.Spec.PasswordSecret.Name != "" {
 			warn("%s: a TCP-MD5 password is not copied: put it in a file on every host that peers with the router, readable only by baremetal-ccm, and set spec.passwordFile", name)

@@ -53,8 +53,16 @@ func TestFromMetalLB(t *testing.T) {
 		!slices.Equal(p.Namespaces, []string{"web"}) || p.ServiceSelector.MatchLabels["app"] != "x" {
 		t.Errorf("public: %+v", p)
 	}
-	if !slices.Equal(p.Communities, []string{"65535:65282", "65000:1"}) || !slices.Equal(p.LargeCommunities, []string{"65000:1:2"}) || *p.LocalPreference != 200 {
-		t.Errorf("public's advertisement: communities %v, large %v, localPref %v", p.Communities, p.LargeCommunities, *p.LocalPreference)
+	if len(got.Advertisements) != 2 {
+		t.Fatalf("advertisements %+v", got.Advertisements)
+	}
+	byLabel, byName := got.Advertisements[0].Spec, got.Advertisements[1].Spec
+	if !slices.Equal(byName.IPPools, []string{"public", "gone"}) || !slices.Equal(byName.Communities, []string{"65535:65282", "65000:1"}) ||
+		!slices.Equal(byName.LargeCommunities, []string{"65000:1:2"}) || *byName.LocalPreference != 150 {
+		t.Errorf("by-name: %+v", byName)
+	}
+	if byLabel.IPPoolSelector == nil || byLabel.IPPoolSelector.MatchLabels["tier"] != "edge" || !slices.Equal(byLabel.Peers, []string{"tor-a"}) || *byLabel.LocalPreference != 200 {
+		t.Errorf("by-label: %+v", byLabel)
 	}
 	if got.Pools[1].Spec.Priority != unsetPriority {
 		t.Errorf("a pool without priority: %d, want after every pool with one", got.Pools[1].Spec.Priority)
@@ -81,7 +89,7 @@ func TestFromMetalLB(t *testing.T) {
 	}
 	all := strings.Join(got.Warnings, "\n")
 	for _, want := range []string{
-		"namespaceSelectors not imported", "2 serviceAllocation.serviceSelectors", "localPref 150 and 200", "goes only to peers [tor-a]",
+		"namespaceSelectors not imported", "2 serviceAllocation.serviceSelectors",
 		"IPAddressPool metallb-system/quiet: no BGPAdvertisement selects it", "names IPAddressPool gone", "password is not copied",
 		"myASN 64513 differs from 64512", "BFDProfile missing is not among the imported objects", "restricted pools",
 	} {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
@@ -23,23 +22,9 @@ type Watcher struct {
 	// Apply puts a pool set in force; an error keeps the previous one (and is
 	// retried at the next change or after a minute).
 	Apply func(ctx context.Context, pools []config.AddressPool) error
-	// Synced, when set, is closed once the IPPools were read and applied the first
+	// Synced, when set, opens once the IPPools were read and applied the first
 	// time: a speaker waits for it before its first announcements.
-	Synced chan struct{}
-}
-
-// WaitSynced waits for w.Synced up to timeout (the IPPools cannot be read: their CRD
-// is missing, the API server is away) and reports whether it closed.
-func (w *Watcher) WaitSynced(ctx context.Context, timeout time.Duration) bool {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-w.Synced:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
+	Synced *kick.Gate
 }
 
 // Run watches the IPPools through factory (which it starts) until ctx ends.
@@ -47,24 +32,13 @@ func (w *Watcher) Run(ctx context.Context, factory externalversions.SharedInform
 	logger := klog.FromContext(ctx).WithName("ip-pools")
 	ctx = klog.NewContext(ctx, logger)
 	inf := factory.BaremetalCCM().V1alpha1().IPPools()
-	wake := kick.New()
-	reg, err := inf.Informer().AddEventHandler(wake.Handler())
-	if err != nil {
-		logger.Error(err, "IPPools are not watched: only the CloudConfig's pools are in force")
-		return
-	}
-	defer func() { _ = inf.Informer().RemoveEventHandler(reg) }()
+	informer := inf.Informer()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
-		return
-	}
 	last := w.File
-	first := true
 	// An Apply that failed is retried at the next change or after a minute.
-	kick.Loop(ctx, wake, time.Minute, func() {
-		objs, err := inf.Lister().List(labels.Everything())
-		if err == nil {
+	err := kick.Watch(ctx, informer, time.Minute, func() {
+		if objs, err := inf.Lister().List(labels.Everything()); err == nil {
 			if want := Effective(w.File, objs); !reflect.DeepEqual(want, last) {
 				if err := w.Apply(ctx, want); err != nil {
 					logger.Error(err, "Cannot put the pools in force; the previous ones stay", "pools", names(want))
@@ -74,11 +48,11 @@ func (w *Watcher) Run(ctx context.Context, factory externalversions.SharedInform
 				}
 			}
 		}
-		if first && w.Synced != nil {
-			close(w.Synced)
-		}
-		first = false
+		w.Synced.Open()
 	})
+	if err != nil {
+		logger.Error(err, "IPPools are not watched: only the CloudConfig's pools are in force")
+	}
 }
 
 func names(pools []config.AddressPool) []string {

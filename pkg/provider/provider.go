@@ -52,6 +52,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/adverts"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/announcestatus"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
@@ -430,6 +431,9 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 		objects = bmccminformers.NewSharedInformerFactory(c.objects, 0)
 		if c.cfg.BGP != nil && (c.lb == nil || c.cfg.LoadBalancer.Announcer != config.AnnouncerMetalLB) {
 			c.leadPeers(t, objects)
+			if c.lb != nil {
+				c.leadAdverts(t, objects)
+			}
 		}
 	}
 	if c.lb != nil {
@@ -513,6 +517,30 @@ func (c *Cloud) leadPeers(t *term, objects bmccminformers.SharedInformerFactory)
 		File: c.cfg.BGP.Peers, Kick: wake,
 	}
 	t.goRun("bgp-peers", ctl.Run)
+}
+
+// leadAdverts runs, for term t, the controller that decides which
+// BGPAdvertisements are in force and resolves their references (pkg/adverts).
+func (c *Cloud) leadAdverts(t *term, objects bmccminformers.SharedInformerFactory) {
+	v := objects.BaremetalCCM().V1alpha1()
+	ads, pools, peerObjs := v.BGPAdvertisements(), v.IPPools(), v.BGPPeers()
+	wake := kick.New()
+	for _, inf := range []cache.SharedIndexInformer{ads.Informer(), pools.Informer(), peerObjs.Informer()} {
+		if _, err := inf.AddEventHandler(wake.Handler()); err != nil {
+			t.logger.Error(err, "The BGPAdvertisement controller is off: BGPAdvertisement changes are not applied")
+			return
+		}
+	}
+	var filePools []string
+	for _, p := range c.cfg.LoadBalancer.Pools {
+		filePools = append(filePools, p.Name)
+	}
+	ctl := &adverts.Controller{
+		Client: c.objects, Advertisements: ads.Lister(), Pools: pools.Lister(), Peers: peerObjs.Lister(),
+		Synced:    []cache.InformerSynced{ads.Informer().HasSynced, pools.Informer().HasSynced, peerObjs.Informer().HasSynced},
+		FilePools: filePools, Kick: wake,
+	}
+	t.goRun("bgp-advertisements", ctl.Run)
 }
 
 // leadGuard makes the inventory's deletion guard decide for term t, its state in the

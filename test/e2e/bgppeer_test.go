@@ -224,6 +224,13 @@ spec:
 	if _, err := objs.Update(l.ctx, bad, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.address") {
 		t.Errorf("a BGPPeer with a host name for address: %v, want Invalid naming spec.address from the API server", err)
 	}
+	// A duration without a unit would break every client's decoding of the list:
+	// the schema refuses it.
+	unitless := filepath.Join(l.dir, "unitless.yaml")
+	writeFile(t, unitless, fmt.Sprintf("apiVersion: baremetal-ccm.io/v1alpha1\nkind: BGPPeer\nmetadata: {name: %s-unitless}\nspec: {address: 192.0.2.99, asn: 65001, holdTime: \"90\"}\n", strings.ToLower(l.ns)))
+	if out, err := framework.Kubectl(l.ctx, l.cp, "apply", "-f", unitless); err == nil || !strings.Contains(err.Error()+out, "spec.holdTime") {
+		t.Errorf("a hold time without a unit: %v\n%s; want the API server to refuse it naming spec.holdTime", err, out)
+	}
 	// A CloudConfig peer's address: Conflict, nothing applied.
 	conflict := &v1alpha1.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: name(2)}, Spec: v1alpha1.BGPPeerSpec{Address: l.tor.v4.String(), ASN: int64(l.tor.asn)}}
 	if _, err := objs.Create(l.ctx, conflict, metav1.CreateOptions{}); err != nil {

@@ -281,6 +281,7 @@ func TestIPPoolsFromMetalLB(t *testing.T) {
 			framework.DeleteIPPool(l.cp, name)
 		}
 		_ = objects.BGPPeers().Delete(context.Background(), "peer", metav1.DeleteOptions{})
+		_ = objects.BGPAdvertisements().Delete(context.Background(), "empty", metav1.DeleteOptions{})
 	})
 	if o, err := framework.Kubectl(l.ctx, l.cp, "apply", "-f", path); err != nil {
 		t.Fatalf("%v\n%s", err, o)
@@ -304,6 +305,13 @@ func TestIPPoolsFromMetalLB(t *testing.T) {
 	}
 	l.waitAnnounced(netip.MustParseAddr("192.168.10.0"), 0)
 	l.waitAnnounced(netip.MustParseAddr("192.168.9.3"), 0)
+	// The sample's BGPAdvertisement (every pool, every peer) is accepted as such.
+	if err := framework.WaitFor(l.ctx, 30*time.Second, "BGPAdvertisement empty accepted for every pool and peer", func(ctx context.Context) (bool, error) {
+		a, err := objects.BGPAdvertisements().Get(ctx, "empty", metav1.GetOptions{})
+		return err == nil && meta.IsStatusConditionTrue(a.Status.Conditions, v1alpha1.PoolConditionAccepted) && a.Status.AllPools && a.Status.AllPeers, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	// The imported peer is accepted, and its router gets the same addresses.
 	if err := framework.WaitFor(l.ctx, 30*time.Second, "BGPPeer peer accepted", func(ctx context.Context) (bool, error) {
 		p, err := objects.BGPPeers().Get(ctx, "peer", metav1.GetOptions{})

@@ -37,11 +37,11 @@ type BGPPeer struct {
 type BGPPeerSpec struct {
 	// Address of the neighbor (IPv4 or IPv6).
 	// +kubebuilder:validation:MaxLength=45
-	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="spec.address must be an IPv4 or IPv6 address such as 192.0.2.1"
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="address must be an IPv4 or IPv6 address such as 192.0.2.1"
 	Address string `json:"address"`
 	// ASN of the neighbor.
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=4294967295
+	// +kubebuilder:validation:Maximum=4294967294
 	ASN int64 `json:"asn"`
 	// Port of the neighbor. Default: 179.
 	// +optional
@@ -67,14 +67,18 @@ type BGPPeerSpec struct {
 	EBGPMultihop int32 `json:"ebgpMultihop,omitempty"`
 	// HoldTime and KeepaliveTime. Defaults: 90s and 30s.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="a duration such as 9s, 300ms or 1m30s"
 	HoldTime *metav1.Duration `json:"holdTime,omitempty"`
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="a duration such as 9s, 300ms or 1m30s"
 	KeepaliveTime *metav1.Duration `json:"keepaliveTime,omitempty"`
 	// ConnectRetry is the time between connection attempts. Default: 5s.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="a duration such as 9s, 300ms or 1m30s"
 	ConnectRetry *metav1.Duration `json:"connectRetry,omitempty"`
 	// GracefulRestart enables graceful restart (RFC 4724) with this restart time.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="a duration such as 9s, 300ms or 1m30s"
 	GracefulRestart *metav1.Duration `json:"gracefulRestart,omitempty"`
 	// BFD, when set, runs a BFD session with the neighbor; BFD down resets the BGP
 	// session at once.
@@ -91,9 +95,11 @@ type BGPPeerSpec struct {
 type BFDSpec struct {
 	// MinTx is the desired minimum transmit interval. Default 300ms.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="a duration such as 9s, 300ms or 1m30s"
 	MinTx *metav1.Duration `json:"minTx,omitempty"`
 	// MinRx is the required minimum receive interval. Default 300ms.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="a duration such as 9s, 300ms or 1m30s"
 	MinRx *metav1.Duration `json:"minRx,omitempty"`
 	// Multiplier is the detection multiplier. Default 3.
 	// +optional

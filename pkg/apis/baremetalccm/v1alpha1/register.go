@@ -25,7 +25,7 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &BGPSessionState{}, &BGPSessionStateList{}, &IPPool{}, &IPPoolList{}, &BGPPeer{}, &BGPPeerList{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &BGPSessionState{}, &BGPSessionStateList{}, &IPPool{}, &IPPoolList{}, &BGPPeer{}, &BGPPeerList{}, &BGPAdvertisement{}, &BGPAdvertisementList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

@@ -4,6 +4,10 @@
 
 package v1alpha1
 
+// BGPAdvertisementListerExpansion allows custom methods to be added to
+// BGPAdvertisementLister.
+type BGPAdvertisementListerExpansion interface{}
+
 // BGPPeerListerExpansion allows custom methods to be added to
 // BGPPeerLister.
 type BGPPeerListerExpansion interface{}

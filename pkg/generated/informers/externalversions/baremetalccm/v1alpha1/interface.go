@@ -10,6 +10,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// BGPAdvertisements returns a BGPAdvertisementInformer.
+	BGPAdvertisements() TypedBGPAdvertisementInformer
 	// BGPPeers returns a BGPPeerInformer.
 	BGPPeers() TypedBGPPeerInformer
 	// BGPSessionStates returns a BGPSessionStateInformer.
@@ -27,6 +29,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// BGPAdvertisements returns a TypedBGPAdvertisementInformer.
+func (v *version) BGPAdvertisements() TypedBGPAdvertisementInformer {
+	return &bGPAdvertisementInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // BGPPeers returns a TypedBGPPeerInformer.

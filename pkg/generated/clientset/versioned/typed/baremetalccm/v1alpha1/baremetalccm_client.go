@@ -14,6 +14,7 @@ import (
 
 type BaremetalCCMV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	BGPAdvertisementsGetter
 	BGPPeersGetter
 	BGPSessionStatesGetter
 	IPPoolsGetter
@@ -22,6 +23,10 @@ type BaremetalCCMV1alpha1Interface interface {
 // BaremetalCCMV1alpha1Client is used to interact with features provided by the baremetal-ccm.io group.
 type BaremetalCCMV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *BaremetalCCMV1alpha1Client) BGPAdvertisements() BGPAdvertisementInterface {
+	return newBGPAdvertisements(c)
 }
 
 func (c *BaremetalCCMV1alpha1Client) BGPPeers() BGPPeerInterface {

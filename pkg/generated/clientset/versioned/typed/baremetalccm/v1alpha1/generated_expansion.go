@@ -4,6 +4,8 @@
 
 package v1alpha1
 
+type BGPAdvertisementExpansion interface{}
+
 type BGPPeerExpansion interface{}
 
 type BGPSessionStateExpansion interface{}

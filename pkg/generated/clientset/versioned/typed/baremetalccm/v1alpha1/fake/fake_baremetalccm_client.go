@@ -14,6 +14,10 @@ type FakeBaremetalCCMV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeBaremetalCCMV1alpha1) BGPAdvertisements() v1alpha1.BGPAdvertisementInterface {
+	return newFakeBGPAdvertisements(c)
+}
+
 func (c *FakeBaremetalCCMV1alpha1) BGPPeers() v1alpha1.BGPPeerInterface {
 	return newFakeBGPPeers(c)
 }
