@@ -106,17 +106,19 @@ func scopeSetName(id uint32) string { return fmt.Sprintf("baremetal-ccm-scope-%d
 const allScopesSetName = "baremetal-ccm-scopes"
 
 // syncScopesLocked installs the policy when normalize numbered new scopes, before
-// their paths reach GoBGP. A failure is logged; the paths wait (dirty) until the
-// policy is in.
-func (s *Speaker) syncScopesLocked() {
+// any path reaches GoBGP, and reports whether every scope is in. A failure is
+// logged; then no path is applied (reconcileLocked) until a retry installs them.
+func (s *Speaker) syncScopesLocked() bool {
 	if s.srv == nil || len(s.scopes.peers) == s.nhScopes {
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := s.syncNextHopPolicyLocked(ctx); err != nil {
-		s.log.Error(err, "Installing the per-peer scopes failed; their paths wait")
+		s.log.Error(err, "Installing the per-peer scopes failed; no path is applied until they are")
+		return false
 	}
+	return true
 }
 
 // policyPeer is one peer's input to the policy.

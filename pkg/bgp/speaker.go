@@ -542,7 +542,6 @@ func (s *Speaker) Announce(source string, paths []Path) {
 	for _, err := range errs {
 		s.log.Error(err, "Skipping invalid BGP path", "source", source)
 	}
-	s.syncScopesLocked()
 	s.rib.set(source, want)
 	desiredPaths.WithLabelValues(source).Set(float64(len(want)))
 	s.reconcileLocked()
@@ -562,7 +561,6 @@ func (s *Speaker) Update(source string, prefixes []netip.Prefix, paths []Path) {
 	for _, err := range errs {
 		s.log.Error(err, "Skipping invalid BGP path", "source", source)
 	}
-	s.syncScopesLocked()
 	in := make(map[netip.Prefix]bool, len(prefixes))
 	for _, p := range prefixes {
 		in[p.Masked()] = true
@@ -582,6 +580,10 @@ func (s *Speaker) Update(source string, prefixes []netip.Prefix, paths []Path) {
 // call to GoBGP per kind of change.
 func (s *Speaker) reconcileLocked() {
 	if s.srv == nil {
+		return
+	}
+	if !s.syncScopesLocked() {
+		s.dirty = true // no path goes out before its scope's rejects are in
 		return
 	}
 	s.dirty = false
