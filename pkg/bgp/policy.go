@@ -57,7 +57,9 @@ func importPolicy() *api.Policy {
 // peer set a scope, and the path an internal large community, its tag
 // scopeTagASN:<scope>:0; the export policy, ahead of the next-hop statements,
 // rejects a tagged path towards every peer its scope does not name, and strips the
-// tags from what it sends: no tag ever reaches a router. A path's own large
+// tags from what it sends: no tag ever reaches a router. The rejects deny by
+// default (one statement per scope: "not one of the scope's sessions"), so a
+// session the policy does not know yet gets no scoped path. A path's own large
 // communities of that administrator are refused (normalize). Scopes are installed
 // in the policy before the first path that carries them is handed to GoBGP, so a
 // scoped path is never exported unfiltered. Scope numbers are never reused by a
@@ -102,6 +104,10 @@ func (t *scopeTable) id(peers []netip.Addr) uint32 {
 }
 
 func scopeSetName(id uint32) string { return fmt.Sprintf("baremetal-ccm-scope-%d", id) }
+
+// noAlias is a loopback address allocAliasLocked never hands out (it stays below
+// 127.77.255.255): the member of a scope's peer set when none of its peers is up.
+const noAlias = "127.77.255.255/32"
 
 const allScopesSetName = "baremetal-ccm-scopes"
 
@@ -195,16 +201,24 @@ func nextHopPolicy(peers []policyPeer, scopes [][]netip.Addr) ([]*api.DefinedSet
 		sets = append(sets, &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: name, List: []string{netip.PrefixFrom(p.alias, 32).String()}})
 	}
 	if len(scopes) > 0 {
+		// Deny by default: a tagged path is rejected towards every session but
+		// those of its scope's peers, including a session the policy does not know
+		// yet. One statement per scope.
 		for i, set := range scopes {
 			id := uint32(i + 1)
 			sets = append(sets, &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_LARGE_COMMUNITY, Name: scopeSetName(id), List: []string{fmt.Sprintf("^%d:%d:0$", scopeTagASN, id)}})
+			var members []string
 			for _, p := range peers {
-				if !p.local.IsValid() || slices.Contains(set, p.addr) {
-					continue
+				if p.local.IsValid() && slices.Contains(set, p.addr) {
+					members = append(members, netip.PrefixFrom(p.alias, 32).String())
 				}
-				add(&api.Conditions{NeighborSet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: neighborSetName(p.alias)},
-					LargeCommunitySet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: scopeSetName(id)}}, reject)
 			}
+			if len(members) == 0 {
+				members = []string{noAlias} // a set may not be empty
+			}
+			sets = append(sets, &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: scopeSetName(id) + "-peers", List: members})
+			add(&api.Conditions{NeighborSet: &api.MatchSet{Type: api.MatchSet_TYPE_INVERT, Name: scopeSetName(id) + "-peers"},
+				LargeCommunitySet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: scopeSetName(id)}}, reject)
 		}
 		tags := fmt.Sprintf("^%d:[0-9]+:0$", scopeTagASN)
 		sets = append(sets, &api.DefinedSet{DefinedType: api.DefinedType_DEFINED_TYPE_LARGE_COMMUNITY, Name: allScopesSetName, List: []string{tags}})

@@ -582,30 +582,38 @@ func (s *Speaker) reconcileLocked() {
 	if s.srv == nil {
 		return
 	}
-	if !s.syncScopesLocked() {
-		s.dirty = true // no path goes out before its scope's rejects are in
-		return
-	}
-	s.dirty = false
-	plan := s.rib.plan()
-	if len(plan) == 0 {
-		return
-	}
-	var adds, dels []change
-	for _, c := range plan {
-		if c.withdraw {
-			dels = append(dels, c)
-		} else {
-			adds = append(adds, c)
+	scopesIn := s.syncScopesLocked()
+	s.dirty = !scopesIn
+	// Twice at most: a path whose scope changed is withdrawn in the pass after the
+	// one that added its successor.
+	for range 2 {
+		plan := s.rib.plan()
+		if len(plan) == 0 {
+			return
+		}
+		var adds, dels []change
+		for _, c := range plan {
+			switch {
+			case c.withdraw:
+				dels = append(dels, c)
+			case scopeOf(c.attrs) > uint32(s.nhScopes):
+				// Its scope's rejects are not in the export policy yet (the install
+				// failed): it waits for the resync; everything else goes on.
+			default:
+				adds = append(adds, c)
+			}
+		}
+		s.applyLocked(adds, "Announced", func(ps []*apiutil.Path) error {
+			_, err := s.srv.AddPath(apiutil.AddPathRequest{Paths: ps})
+			return err
+		})
+		s.applyLocked(dels, "Withdrew", func(ps []*apiutil.Path) error {
+			return s.srv.DeletePath(apiutil.DeletePathRequest{Paths: ps})
+		})
+		if !s.rib.replacing() {
+			return
 		}
 	}
-	s.applyLocked(adds, "Announced", func(ps []*apiutil.Path) error {
-		_, err := s.srv.AddPath(apiutil.AddPathRequest{Paths: ps})
-		return err
-	})
-	s.applyLocked(dels, "Withdrew", func(ps []*apiutil.Path) error {
-		return s.srv.DeletePath(apiutil.DeletePathRequest{Paths: ps})
-	})
 }
 
 // applyLocked hands GoBGP one batch of changes and commits them. GoBGP reports

@@ -64,10 +64,7 @@ func normalize(paths []Path, baseComm []uint32, baseLarge [][3]uint32, scopes *s
 			a.communities = append(a.communities, v)
 		}
 		for _, c := range p.LargeCommunities {
-			v, err := config.ParseLargeCommunity(c)
-			if err == nil && v[0] == scopeTagASN {
-				err = fmt.Errorf("large community %s: %d:*:* are reserved (the speaker's per-peer scopes, never sent)", c, scopeTagASN)
-			}
+			v, err := config.ParseLargeCommunity(c) // refuses the scope tags' administrator
 			if err != nil {
 				errs = append(errs, fmt.Errorf("prefix %s: %w", prefix, err))
 				ok = false
@@ -75,13 +72,9 @@ func normalize(paths []Path, baseComm []uint32, baseLarge [][3]uint32, scopes *s
 			}
 			a.large = append(a.large, v)
 		}
-		if p.Peers != nil {
-			if slices.ContainsFunc(p.Peers, func(a netip.Addr) bool { return !a.IsValid() }) {
-				errs = append(errs, fmt.Errorf("prefix %s: an invalid peer address among the path's peers", prefix))
-				ok = false
-			} else if ok {
-				a.large = append(a.large, [3]uint32{scopeTagASN, scopes.id(p.Peers), 0})
-			}
+		if slices.ContainsFunc(p.Peers, func(a netip.Addr) bool { return !a.IsValid() }) {
+			errs = append(errs, fmt.Errorf("prefix %s: an invalid peer address among the path's peers", prefix))
+			ok = false
 		}
 		for _, nh := range p.NextHops {
 			if !nh.IsValid() || nh.Unmap().Is4() != prefix.Addr().Is4() || nh.IsUnspecified() || nh.Zone() != "" {
@@ -91,6 +84,9 @@ func normalize(paths []Path, baseComm []uint32, baseLarge [][3]uint32, scopes *s
 		}
 		if !ok {
 			continue
+		}
+		if p.Peers != nil {
+			a.large = append(a.large, [3]uint32{scopeTagASN, scopes.id(p.Peers), 0})
 		}
 		slices.Sort(a.communities)
 		a.communities = slices.Compact(a.communities)
@@ -142,9 +138,9 @@ type rib struct {
 	all   bool
 	// replaced are paths whose peer scope changed: GoBGP does not withdraw an
 	// ADD-PATH path from a peer its new version is filtered from, so the new
-	// version gets a new path identifier and the old one is withdrawn after it
-	// (make-before-break), until that withdrawal is committed.
-	replaced map[pathKey]appliedPath
+	// version gets a new path identifier, and the old one is withdrawn by the plan
+	// after the one that committed its successor (make-before-break).
+	replaced map[pathKey][]appliedPath
 	// dirtyPeak is the most keys dirty since dirty was made: a map keeps its
 	// buckets when emptied, so after a burst an empty dirty is made anew.
 	dirtyPeak int
@@ -154,7 +150,7 @@ func newRIB() *rib {
 	return &rib{
 		sources: map[string]map[pathKey]attrs{}, hops: map[string]map[netip.Prefix][]netip.Addr{},
 		applied: map[pathKey]appliedPath{}, ids: map[netip.Prefix][]uint32{}, dirty: map[pathKey]struct{}{},
-		replaced: map[pathKey]appliedPath{},
+		replaced: map[pathKey][]appliedPath{},
 	}
 }
 
@@ -163,7 +159,7 @@ func (r *rib) reset() {
 	r.applied = map[pathKey]appliedPath{}
 	r.ids = map[netip.Prefix][]uint32{}
 	r.dirty = map[pathKey]struct{}{}
-	r.replaced = map[pathKey]appliedPath{}
+	r.replaced = map[pathKey][]appliedPath{}
 	r.all = true
 }
 
@@ -316,8 +312,9 @@ func (r *rib) plan() []change {
 				delete(r.dirty, k)
 				continue
 			}
-			if _, pending := r.replaced[k]; !pending && scopeOf(ap.attrs) != scopeOf(a) {
-				r.replaced[k] = ap
+			if scopeOf(ap.attrs) != scopeOf(a) {
+				// A new version under a new identifier; the old one is withdrawn
+				// once the new one is in (commit records it in replaced).
 				adds = append(adds, change{key: k, attrs: a, id: newID(k.prefix)})
 				continue
 			}
@@ -333,13 +330,18 @@ func (r *rib) plan() []change {
 	if len(r.dirty) == 0 && r.dirtyPeak > 1024 {
 		r.dirty, r.dirtyPeak = map[pathKey]struct{}{}, 0
 	}
-	for k, old := range r.replaced {
-		dels = append(dels, change{key: k, attrs: old.attrs, id: old.id, withdraw: true})
+	for k, olds := range r.replaced {
+		for _, old := range olds {
+			dels = append(dels, change{key: k, attrs: old.attrs, id: old.id, withdraw: true})
+		}
 	}
 	sortChanges(adds)
 	sortChanges(dels)
 	return append(adds, dels...)
 }
+
+// replacing reports whether replaced versions wait for their withdrawal.
+func (r *rib) replacing() bool { return len(r.replaced) > 0 }
 
 // scopeOf is the peer scope tag of a path's attributes (0: every peer).
 func scopeOf(a attrs) uint32 {
@@ -364,13 +366,12 @@ func (r *rib) commit(c change) {
 		r.dirty, r.dirtyPeak = map[pathKey]struct{}{}, 0
 	}
 	ids := r.ids[c.key.prefix]
-	if old, ok := r.replaced[c.key]; ok && c.withdraw && c.id == old.id {
-		// The replaced version is gone; if its successor never made it, the key
-		// is planned again.
-		delete(r.replaced, c.key)
-		if ap, ok := r.applied[c.key]; ok && ap.id == c.id {
-			delete(r.applied, c.key)
-			r.dirty[c.key] = struct{}{}
+	if olds := r.replaced[c.key]; c.withdraw && slices.ContainsFunc(olds, func(o appliedPath) bool { return o.id == c.id }) {
+		// A replaced version is gone.
+		if olds = slices.DeleteFunc(olds, func(o appliedPath) bool { return o.id == c.id }); len(olds) == 0 {
+			delete(r.replaced, c.key)
+		} else {
+			r.replaced[c.key] = olds
 		}
 		if ids = slices.DeleteFunc(ids, func(id uint32) bool { return id == c.id }); len(ids) == 0 {
 			delete(r.ids, c.key.prefix)
@@ -378,6 +379,10 @@ func (r *rib) commit(c change) {
 			r.ids[c.key.prefix] = ids
 		}
 		return
+	}
+	if ap, ok := r.applied[c.key]; ok && !c.withdraw && ap.id != c.id {
+		// The successor of another scope is in: its predecessor goes next.
+		r.replaced[c.key] = append(r.replaced[c.key], ap)
 	}
 	if c.withdraw {
 		delete(r.applied, c.key)

@@ -1,6 +1,7 @@
 package bgp
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -236,7 +237,11 @@ func TestScopes(t *testing.T) {
 	a1, a2, a3 := netip.MustParseAddr("127.77.0.1"), netip.MustParseAddr("127.77.0.2"), netip.MustParseAddr("127.77.0.3")
 	peers := []policyPeer{{addr: r1, alias: a1, local: netip.MustParseAddr("10.0.0.1")}, {addr: r2, alias: a2, local: netip.MustParseAddr("10.0.1.1")},
 		{addr: r3, alias: a3, local: netip.MustParseAddr("fd00::1")}}
-	_, pol := nextHopPolicy(peers, tbl.peers)
+	sets, pol := nextHopPolicy(peers, tbl.peers)
+	members := map[string][]string{}
+	for _, d := range sets {
+		members[d.Name] = d.List
+	}
 	var rejects []string
 	strip := -1
 	firstNH := -1
@@ -244,7 +249,10 @@ func TestScopes(t *testing.T) {
 		c := st.Conditions
 		switch {
 		case c.LargeCommunitySet != nil && c.NeighborSet != nil && st.Actions.RouteAction == api.RouteAction_ROUTE_ACTION_REJECT:
-			rejects = append(rejects, c.NeighborSet.Name+" "+c.LargeCommunitySet.Name)
+			if c.NeighborSet.Type != api.MatchSet_TYPE_INVERT {
+				t.Errorf("statement %d rejects only named sessions: %v", i, c)
+			}
+			rejects = append(rejects, c.LargeCommunitySet.Name+" unless "+strings.Join(members[c.NeighborSet.Name], ","))
 		case st.Actions.LargeCommunity != nil:
 			strip = i
 		case st.Actions.Nexthop != nil && firstNH < 0:
@@ -252,8 +260,8 @@ func TestScopes(t *testing.T) {
 		}
 	}
 	want := []string{
-		neighborSetName(a3) + " " + scopeSetName(1),
-		neighborSetName(a1) + " " + scopeSetName(2), neighborSetName(a2) + " " + scopeSetName(2), neighborSetName(a3) + " " + scopeSetName(2),
+		scopeSetName(1) + " unless 127.77.0.1/32,127.77.0.2/32",
+		scopeSetName(2) + " unless " + noAlias,
 	}
 	if !slices.Equal(rejects, want) {
 		t.Errorf("rejects %v, want %v", rejects, want)
@@ -393,9 +401,10 @@ func TestRIBIncrementalMatchesFull(t *testing.T) {
 }
 
 // A path whose peer scope changes is re-announced under a new path identifier and
-// its old version withdrawn after it (GoBGP would not withdraw an ADD-PATH path
-// from a peer its new version is filtered from); a plain attribute change keeps
-// the identifier. A failed add is planned again once the old one is withdrawn.
+// its old version withdrawn in the plan after the one that committed its successor
+// (GoBGP would not withdraw an ADD-PATH path from a peer its new version is filtered
+// from); a plain attribute change keeps the identifier. A failed add keeps the old
+// version; a failed withdrawal is planned again, also across a second scope change.
 func TestRIBScopeChangeReplacesPath(t *testing.T) {
 	tbl := &scopeTable{}
 	norm := func(p Path) map[pathKey]attrs {
@@ -405,34 +414,52 @@ func TestRIBScopeChangeReplacesPath(t *testing.T) {
 		}
 		return m
 	}
+	ops := func(cs []change) []string {
+		var out []string
+		for _, c := range cs {
+			op := "add"
+			if c.withdraw {
+				op = "del"
+			}
+			out = append(out, fmt.Sprintf("%s %d/%d", op, c.id, scopeOf(c.attrs)))
+		}
+		return out
+	}
 	r1, r2 := netip.MustParseAddr("10.0.0.254"), netip.MustParseAddr("10.0.1.254")
 	r := newRIB()
 	r.set("lb", norm(Path{Prefix: pfxA, Peers: []netip.Addr{r1}}))
 	apply(r)
 	r.set("lb", norm(Path{Prefix: pfxA, Peers: []netip.Addr{r2}}))
-	cs := apply(r)
-	if len(cs) != 2 || cs[0].withdraw || cs[0].id != 2 || !cs[1].withdraw || cs[1].id != 1 {
-		t.Fatalf("scope change: %+v, want add id 2 then del id 1", cs)
+	if got := ops(apply(r)); !slices.Equal(got, []string{"add 2/2"}) {
+		t.Fatalf("scope change: %v, want the new version under id 2 first", got)
 	}
-	if ap := r.applied[pathKey{prefix: pfxA}]; ap.id != 2 || scopeOf(ap.attrs) != 2 || !slices.Equal(r.ids[pfxA], []uint32{2}) {
-		t.Fatalf("applied %+v, ids %v", ap, r.ids[pfxA])
+	if got := ops(apply(r)); !slices.Equal(got, []string{"del 1/1"}) {
+		t.Fatalf("next plan: %v, want the old version withdrawn", got)
+	}
+	if ap := r.applied[pathKey{prefix: pfxA}]; ap.id != 2 || !slices.Equal(r.ids[pfxA], []uint32{2}) || r.replacing() {
+		t.Fatalf("applied %+v, ids %v, replaced %v", ap, r.ids[pfxA], r.replaced)
 	}
 	r.set("lb", norm(Path{Prefix: pfxA, Peers: []netip.Addr{r2}, Communities: []string{"65000:1"}}))
-	if cs := apply(r); len(cs) != 1 || cs[0].id != 2 || cs[0].withdraw {
-		t.Fatalf("same scope, new community: %+v, want an update of id 2", cs)
+	if got := ops(apply(r)); !slices.Equal(got, []string{"add 2/2"}) {
+		t.Fatalf("same scope, new community: %v, want an update of id 2", got)
 	}
-	// The add fails, the withdrawal of the old version succeeds: planned again.
+	// The add fails: nothing is withdrawn, the old version stays until it works.
 	r.set("lb", norm(Path{Prefix: pfxA}))
-	cs = r.plan()
-	for _, c := range cs {
-		if c.withdraw {
-			r.commit(c)
-		}
+	if got := ops(r.plan()); !slices.Equal(got, []string{"add 1/0"}) {
+		t.Fatalf("to every peer: %v", got)
 	}
-	if cs := apply(r); len(cs) != 1 || cs[0].withdraw || scopeOf(cs[0].attrs) != 0 {
-		t.Fatalf("after a failed add: %+v, want the unscoped path added", cs)
+	if got := ops(apply(r)); !slices.Equal(got, []string{"add 1/0"}) {
+		t.Fatalf("after a failed add: %v, want it planned again", got)
 	}
-	if len(r.replaced) != 0 || len(r.applied) != 1 {
-		t.Fatalf("replaced %v, applied %v", r.replaced, r.applied)
+	// The withdrawal of id 2 fails, and the scope changes again meanwhile.
+	if got := ops(r.plan()); !slices.Equal(got, []string{"del 2/2"}) {
+		t.Fatalf("withdrawal: %v", got)
+	}
+	r.set("lb", norm(Path{Prefix: pfxA, Peers: []netip.Addr{r1}}))
+	if got := ops(apply(r)); !slices.Equal(got, []string{"add 3/1", "del 2/2"}) {
+		t.Fatalf("second scope change with a withdrawal pending: %v, want a third identifier", got)
+	}
+	if got := ops(apply(r)); !slices.Equal(got, []string{"del 1/0"}) || r.replacing() || !slices.Equal(r.ids[pfxA], []uint32{3}) {
+		t.Fatalf("then: %v, replaced %v, ids %v", got, r.replaced, r.ids[pfxA])
 	}
 }

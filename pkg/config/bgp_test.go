@@ -166,8 +166,12 @@ func TestParseCommunity(t *testing.T) {
 			t.Errorf("ParseCommunity(%q) accepted", in)
 		}
 	}
-	if got, err := ParseLargeCommunity("4294967295:0:1"); err != nil || got != [3]uint32{4294967295, 0, 1} {
+	if got, err := ParseLargeCommunity("4294967294:0:4294967295"); err != nil || got != [3]uint32{4294967294, 0, 4294967295} {
 		t.Errorf("ParseLargeCommunity = %v, %v", got, err)
+	}
+	// The speaker's scope tags use global administrator 4294967295.
+	if _, err := ParseLargeCommunity("4294967295:0:1"); err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Errorf("ParseLargeCommunity(4294967295:0:1) = %v, want reserved", err)
 	}
 }
 

@@ -71,6 +71,9 @@ func ParseLargeCommunity(s string) ([3]uint32, error) {
 		}
 		v[i] = uint32(n)
 	}
+	if v[0] == math.MaxUint32 {
+		return v, fmt.Errorf("large community %q: global administrator 4294967295 is reserved (the last ASN, RFC 7300; the speaker tags paths with it internally)", s)
+	}
 	return v, nil
 }
 
@@ -190,10 +193,8 @@ func ValidateCommunities(cs []string, p *field.Path) field.ErrorList {
 func ValidateLargeCommunities(cs []string, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for i, c := range cs {
-		if v, err := ParseLargeCommunity(c); err != nil {
+		if _, err := ParseLargeCommunity(c); err != nil {
 			errs = append(errs, field.Invalid(p.Index(i), c, err.Error()))
-		} else if v[0] == math.MaxUint32 {
-			errs = append(errs, field.Invalid(p.Index(i), c, "global administrator 4294967295 is reserved (the last ASN, RFC 7300; the speaker tags paths with it internally)"))
 		}
 	}
 	return errs

@@ -183,6 +183,9 @@ func Desired(s State) ([]Announcement, []Problem) {
 				out[i].SelfGracefulShutdown = out[i].SelfGracefulShutdown && a.SelfGracefulShutdown
 				out[i].Communities = appendUnique(out[i].Communities, a.Communities...)
 				out[i].LargeCommunities = appendUnique(out[i].LargeCommunities, a.LargeCommunities...)
+				if a.LocalPref != nil && (out[i].LocalPref == nil || *a.LocalPref > *out[i].LocalPref) {
+					out[i].LocalPref = a.LocalPref // the highest, whatever the Services' order
+				}
 				if out[i].Peers != nil {
 					if a.Peers == nil {
 						out[i].Peers = nil // one of them goes to every peer

@@ -199,8 +199,12 @@ func TestDesiredAdvertise(t *testing.T) {
 		t.Fatalf("covered: %+v", got)
 	}
 	got, _ = Desired(st(lbService("default", "a", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1"), lbService("default", "b", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1")))
-	if len(got) != 1 || !slices.Equal(got[0].Peers, []netip.Addr{r1, r2}) {
+	if len(got) != 1 || !slices.Equal(got[0].Peers, []netip.Addr{r1, r2}) || *got[0].LocalPref != 200 {
 		t.Fatalf("shared by two covered Services: %+v", got)
+	}
+	got, _ = Desired(st(lbService("default", "b", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1"), lbService("default", "a", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1")))
+	if len(got) != 1 || *got[0].LocalPref != 200 {
+		t.Fatalf("the other order: %+v, want the highest local preference", got)
 	}
 	got, _ = Desired(st(lbService("default", "a", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1"), lbService("default", "c", v1.ServiceExternalTrafficPolicyCluster, "192.0.2.1")))
 	if len(got) != 1 || got[0].Peers != nil {

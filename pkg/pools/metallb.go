@@ -2,6 +2,7 @@ package pools
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -92,8 +93,9 @@ func FromMetalLB(m MetalLB) Imported {
 			warn("%s: no BGPAdvertisement selects it, so MetalLB did not announce it over BGP; imported, baremetal-ccm announces it to every peer", name)
 		}
 		out.Pools = append(out.Pools, v1alpha1.IPPool{
-			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "IPPool"},
-			ObjectMeta: metav1.ObjectMeta{Name: p.Name},
+			TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "IPPool"},
+			// The labels too: a BGPAdvertisement may select the pool by them.
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Labels: maps.Clone(p.Labels)},
 			Spec:       s,
 		})
 	}

@@ -48,6 +48,9 @@ func TestFromMetalLB(t *testing.T) {
 	if len(got.Pools) != 2 || got.Pools[0].Name != "public" || got.Pools[1].Name != "quiet" {
 		t.Fatalf("pools %+v", got.Pools)
 	}
+	if got.Pools[0].Labels["tier"] != "edge" {
+		t.Errorf("public's labels %v: an advertisement selects it by them", got.Pools[0].Labels)
+	}
 	p := got.Pools[0].Spec
 	if !slices.Equal(p.Addresses, []string{"192.0.2.0/24", "192.0.3.1-192.0.3.5"}) || p.AutoAssign == nil || *p.AutoAssign || !p.AvoidBuggyIPs || p.Priority != 5 ||
 		!slices.Equal(p.Namespaces, []string{"web"}) || p.ServiceSelector.MatchLabels["app"] != "x" {
