@@ -25,6 +25,8 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"sigs.k8s.io/yaml"
 
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
+	"github.com/baremetal-ccm/baremetal-ccm/pkg/generated/clientset/versioned"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/inventory"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
 )
@@ -118,6 +120,14 @@ func newLabConfig(t *testing.T, guard string, hosts ...host) *lab {
 	t.Cleanup(func() {
 		if err := framework.DeleteNodes(context.Background(), l.cp.Client, l.nodes...); err != nil {
 			t.Error(err)
+		}
+		// What the garbage collector (absent from this control plane) does with a
+		// deleted Node's session states: a later test's cp-1 is another replica.
+		states := versioned.NewForConfigOrDie(jsonConfig(l.cp.RESTConfig)).BaremetalCCMV1alpha1().BGPSessionStates()
+		for _, n := range l.nodes {
+			if err := states.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: v1alpha1.LabelNode + "=" + n}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting %s's session states: %v", n, err)
+			}
 		}
 		if err := framework.ResetGuardState(context.Background(), l.cp.Client); err != nil {
 			t.Error(err)
