@@ -13,7 +13,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
@@ -71,28 +70,13 @@ spec: {address: "%s", asn: %d, sourceAddress: "%s", holdTime: 9s, keepaliveTime:
 	}
 	waitAdv := func(name string, status metav1.ConditionStatus, reason string, words ...string) *v1alpha1.BGPAdvertisement {
 		t.Helper()
-		var last *v1alpha1.BGPAdvertisement
-		err := framework.WaitFor(l.ctx, 30*time.Second, fmt.Sprintf("BGPAdvertisement %s Accepted=%s (%s)", name, status, reason), func(ctx context.Context) (bool, error) {
+		return waitAccepted(t, l.ctx, "BGPAdvertisement "+prefix+"-"+name, func(ctx context.Context) (*v1alpha1.BGPAdvertisement, metav1.Object, []metav1.Condition, error) {
 			o, err := objects.BGPAdvertisements().Get(ctx, prefix+"-"+name, metav1.GetOptions{})
 			if err != nil {
-				return false, err
+				return nil, nil, nil, err
 			}
-			last = o
-			c := meta.FindStatusCondition(o.Status.Conditions, v1alpha1.PoolConditionAccepted)
-			if c == nil || c.Status != status || c.Reason != reason || c.ObservedGeneration != o.Generation {
-				return false, nil
-			}
-			for _, w := range words {
-				if !strings.Contains(c.Message, w) {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
-		if err != nil {
-			t.Fatalf("%v; last: %+v", err, last)
-		}
-		return last
+			return o, o, o.Status.Conditions, nil
+		}, status, reason, words...)
 	}
 	// at returns the speakers (by index) router rt holds ip from, and the
 	// communities of those paths.

@@ -16,7 +16,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/utils/ptr"
@@ -86,28 +85,13 @@ spec:
 	proto := func(i int) string { return r2.Protocol(i, i == 1) }
 	waitPeer := func(i int, status metav1.ConditionStatus, reason string, words ...string) *v1alpha1.BGPPeer {
 		t.Helper()
-		var last *v1alpha1.BGPPeer
-		err := framework.WaitFor(l.ctx, 30*time.Second, fmt.Sprintf("BGPPeer %s Accepted=%s (%s)", name(i), status, reason), func(ctx context.Context) (bool, error) {
+		return waitAccepted(t, l.ctx, "BGPPeer "+name(i), func(ctx context.Context) (*v1alpha1.BGPPeer, metav1.Object, []metav1.Condition, error) {
 			p, err := objs.Get(ctx, name(i), metav1.GetOptions{})
 			if err != nil {
-				return false, err
+				return nil, nil, nil, err
 			}
-			last = p
-			c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.PoolConditionAccepted)
-			if c == nil || c.Status != status || c.Reason != reason || c.ObservedGeneration != p.Generation {
-				return false, nil
-			}
-			for _, w := range words {
-				if !strings.Contains(c.Message, w) {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
-		if err != nil {
-			t.Fatalf("%v; last: %+v", err, last)
-		}
-		return last
+			return p, p, p.Status.Conditions, nil
+		}, status, reason, words...)
 	}
 	// upAt is BIRD's time of protocol p's first change after since to state to
 	// ("up"), or out of up ("down": BIRD says start, stop or flush), zero if none.

@@ -57,28 +57,13 @@ func TestIPPools(t *testing.T) {
 	}
 	waitPool := func(status metav1.ConditionStatus, reason string, words ...string) *v1alpha1.IPPool {
 		t.Helper()
-		var last *v1alpha1.IPPool
-		err := framework.WaitFor(l.ctx, 30*time.Second, fmt.Sprintf("IPPool %s Accepted=%s (%s)", name, status, reason), func(ctx context.Context) (bool, error) {
+		return waitAccepted(t, l.ctx, "IPPool "+name, func(ctx context.Context) (*v1alpha1.IPPool, metav1.Object, []metav1.Condition, error) {
 			p, err := pools.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
-				return false, err
+				return nil, nil, nil, err
 			}
-			last = p
-			c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.PoolConditionAccepted)
-			if c == nil || c.Status != status || c.Reason != reason || c.ObservedGeneration != p.Generation {
-				return false, nil
-			}
-			for _, w := range words {
-				if !strings.Contains(c.Message, w) {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
-		if err != nil {
-			t.Fatalf("%v; last: %+v", err, last)
-		}
-		return last
+			return p, p, p.Status.Conditions, nil
+		}, status, reason, words...)
 	}
 
 	// Services that live through the whole test, and churn beside them.
