@@ -15,12 +15,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/cloud-provider/app/config"
 	"k8s.io/klog/v2"
 
 	"github.com/spf13/pflag"
 
+	"github.com/baremetal-ccm/baremetal-ccm/internal/eventrec"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/adverts"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/agent"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
@@ -154,7 +154,7 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 	done := make(chan struct{})
 	cfg := d.cfg
 	logger := klog.FromContext(ctx).WithName("agent")
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster := eventrec.NewBroadcaster(ctx)
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: provider.EventSource})
 

@@ -45,8 +45,8 @@ router ID on its Node (annotation baremetal-ccm.io/bgp-host), and TCP-MD5 passwo
 come from this host's --bgp-password-file, re-read on every pass (a rotated password
 applies without a restart). It needs only the agent role (baremetal-ccmctl manifests
 agent-rbac). Without --kubeconfig it uses the in-cluster configuration. It serves
-/metrics, /healthz and /readyz over plain HTTP on --serving-address (loopback by
-default; empty serves nothing).
+/metrics, /healthz and /readyz (with --profiling also /debug/pprof/) over plain HTTP
+on --serving-address (loopback by default; empty serves nothing).
 `
 
 // runAgentMode runs the agent alone until SIGTERM or SIGINT and returns the exit code.
@@ -63,6 +63,7 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	nodeName := fs.String("node-name", def, "name of this host's Node (default: $NODE_NAME, else the host name)")
 	routerID := fs.String("bgp-router-id", "", "BGP router ID of this host (default: the one the CCM publishes on its Node)")
 	serving := fs.String("serving-address", defaultAgentServingAddress, "HOST:PORT to serve /metrics, /healthz and /readyz on, plain HTTP without authentication (empty: serve nothing)")
+	profiling := fs.Bool("profiling", false, "serve Go's profiler on --serving-address too (/debug/pprof/), for diagnosing CPU and memory use; no authentication, as the rest")
 	var passwordFiles stringList
 	fs.Var(&passwordFiles, "bgp-password-file", "TCP-MD5 password file for every rack peer that expects one (FILE), or for one peer (PEER-ADDRESS=FILE); repeatable")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -125,6 +126,9 @@ func runAgentMode(args []string, stderr io.Writer) int {
 	srv, err := listenAgent(*serving, ready)
 	if err != nil {
 		return fail(err)
+	}
+	if srv != nil {
+		srv.profiling = *profiling
 	}
 	rest, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -22,13 +23,17 @@ const defaultAgentServingAddress = "127.0.0.1:10268"
 //     Go runtime and process), in the Prometheus text format;
 //   - /healthz: 200 while the process serves;
 //   - /readyz: 200 once ready says so (the informers synced and everything applied:
-//     BGP sessions up with this host's paths at the routers), else 503 with the reason.
+//     BGP sessions up with this host's paths at the routers), else 503 with the reason;
+//   - /debug/pprof/: Go's profiler, only with --profiling (off by default: a profile
+//     costs CPU, and the command line shows file paths).
 //
 // It carries no secret and changes nothing, so it has no authentication: keep it on
 // loopback, or on an address only the metrics scrapers reach.
 type agentServer struct {
 	ln    net.Listener
 	ready func(context.Context) (bool, string)
+	// profiling serves /debug/pprof/ too.
+	profiling bool
 }
 
 // listenAgent binds addr at startup, so a taken or invalid address fails the process
@@ -65,6 +70,13 @@ func (s *agentServer) handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
+	if s.profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

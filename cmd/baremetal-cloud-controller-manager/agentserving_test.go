@@ -11,6 +11,27 @@ import (
 	"time"
 )
 
+// TestAgentServerProfiling: with --profiling, Go's profiler answers.
+func TestAgentServerProfiling(t *testing.T) {
+	srv, err := listenAgent("127.0.0.1:0", func(context.Context) (bool, string) { return true, "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.profiling = true
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.Serve(ctx)
+	resp, err := http.Get("http://" + srv.Addr().String() + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "heap profile:") {
+		t.Errorf("/debug/pprof/heap: %d %.300q, want a heap profile", resp.StatusCode, b)
+	}
+}
+
 func TestAgentServerEndpoints(t *testing.T) {
 	var ready atomic.Bool
 	srv, err := listenAgent("127.0.0.1:0", func(context.Context) (bool, string) {
@@ -52,6 +73,9 @@ func TestAgentServerEndpoints(t *testing.T) {
 	}
 	if code, _ := get("/nothing"); code != http.StatusNotFound {
 		t.Errorf("/nothing: %d, want 404", code)
+	}
+	if code, _ := get("/debug/pprof/cmdline"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/cmdline without --profiling: %d, want 404", code)
 	}
 
 	cancel()

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/signal"
@@ -48,6 +49,10 @@ func main() {
 		os.Exit(ctl.Run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	gctune.Apply() // GOGC=50 unless the environment says otherwise (see internal/gctune)
+	if !gctune.Operator() {
+		// Free heap back to the OS after bursts, for the process's life.
+		go gctune.Release(context.Background())
+	}
 	if wantsVersion(os.Args[1:]) {
 		fmt.Println(version.String(program))
 		return

@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -92,5 +91,5 @@ func setClaims(ctx context.Context, l *lb.LoadBalancer, client kubernetes.Interf
 	} else {
 		l.SetFence(nil)
 	}
-	go l.RunClaimCollector(klog.NewContext(ctx, logger.WithName("lb")), time.Minute)
+	go l.RunClaimCollector(klog.NewContext(ctx, logger.WithName("lb")), lb.ClaimCollectInterval)
 }

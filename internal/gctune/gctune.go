@@ -5,7 +5,8 @@
 // stable, so that doubling is most of its memory: with 5000 Nodes and 10,000
 // Services about 65 MB live became over 200 MiB resident. GOGC=50 bounds the heap at
 // one and a half times the live data for a small CPU cost (collections of a mostly
-// unchanging heap are cheap). An operator's GOGC or GOMEMLIMIT always wins.
+// unchanging heap are cheap), and Release gives the free part back to the OS once a
+// burst is over. An operator's GOGC or GOMEMLIMIT always wins (and turns both off).
 package gctune
 
 import (
@@ -22,10 +23,20 @@ func Apply() int {
 	return apply(os.LookupEnv)
 }
 
-func apply(lookup func(string) (string, bool)) int {
+// Operator reports whether the environment sets GOGC or GOMEMLIMIT: the operator
+// tunes the collector, and this package changes nothing (Release is not started).
+func Operator() bool {
+	return operator(os.LookupEnv)
+}
+
+func operator(lookup func(string) (string, bool)) bool {
 	_, gogc := lookup("GOGC")
 	_, limit := lookup("GOMEMLIMIT")
-	if gogc || limit {
+	return gogc || limit
+}
+
+func apply(lookup func(string) (string, bool)) int {
+	if operator(lookup) {
 		current := debug.SetGCPercent(100)
 		debug.SetGCPercent(current)
 		return current

@@ -31,3 +31,15 @@ func TestApply(t *testing.T) {
 		t.Errorf("GOMEMLIMIT set: apply changed the percent to %d", got)
 	}
 }
+
+func TestOperator(t *testing.T) {
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	if operator(env(nil)) {
+		t.Error("no GOGC, no GOMEMLIMIT: operator() = true")
+	}
+	if !operator(env(map[string]string{"GOGC": "100"})) || !operator(env(map[string]string{"GOMEMLIMIT": "1GiB"})) {
+		t.Error("GOGC or GOMEMLIMIT set: operator() = false")
+	}
+}

@@ -145,31 +145,29 @@ func (c *Controller) pass(ctx context.Context) {
 	if c.o.Sessions != nil {
 		sessions, _ = c.o.Sessions.List(labels.Everything())
 	}
-	want := c.Compute(svcs, nodes, sessions)
-	for _, svc := range svcs {
-		k := svc.Namespace + "/" + svc.Name
-		cond, ok := want[k]
-		if !ok {
-			continue
-		}
+	c.each(svcs, nodes, sessions, func(svc *v1.Service, cond metav1.Condition) {
 		cur := meta.FindStatusCondition(svc.Status.Conditions, lb.ConditionAnnounced)
+		if same(cur, cond) {
+			return
+		}
+		k := svc.Namespace + "/" + svc.Name
 		c.mu.Lock()
 		w, wrote := c.written[k]
 		c.mu.Unlock()
-		if same(cur, cond) || wrote && same(&w, cond) {
-			continue
+		if wrote && same(&w, cond) {
+			return
 		}
 		if !c.limiter.TryAccept() {
-			continue // the next pass writes it: bounded writes when much changes at once
+			return // the next pass writes it: bounded writes when much changes at once
 		}
 		if err := c.write(ctx, svc, cur, cond); err != nil {
 			klog.FromContext(ctx).V(2).Info("Writing the Announced condition failed; retrying at the next pass", "service", k, "err", err)
-			continue
+			return
 		}
 		c.mu.Lock()
 		c.written[k] = cond
 		c.mu.Unlock()
-	}
+	})
 }
 
 func same(a *metav1.Condition, b metav1.Condition) bool {
@@ -196,15 +194,24 @@ func (c *Controller) write(ctx context.Context, svc *v1.Service, cur *metav1.Con
 // Compute returns the Announced condition of every Service of ours that holds
 // addresses, by namespace/name (without transition time).
 func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node, sessions []*v1alpha1.BGPSessionState) map[string]metav1.Condition {
+	out := map[string]metav1.Condition{}
+	c.each(svcs, nodes, sessions, func(svc *v1.Service, cond metav1.Condition) {
+		out[svc.Namespace+"/"+svc.Name] = cond
+	})
+	return out
+}
+
+// each calls fn with the Announced condition of every Service of ours that holds
+// addresses, in the order of svcs. Services whose condition depends on nothing of
+// their own (announced by the speakers themselves, externalTrafficPolicy Cluster, an
+// address in a pool) share one condition, computed once: a pass over 10,000
+// Services costs one message, not 10,000.
+func (c *Controller) each(svcs []*v1.Service, nodes []*v1.Node, sessions []*v1alpha1.BGPSessionState, fn func(*v1.Service, metav1.Condition)) {
 	now := c.o.Clock()
 	cfg := c.o.Config
 	announcer := config.AnnouncerNone
 	if cfg.LoadBalancer != nil {
 		announcer = cfg.LoadBalancer.Announcer
-	}
-	byName := make(map[string]*v1.Node, len(nodes))
-	for _, n := range nodes {
-		byName[n.Name] = n
 	}
 	// Described once per pass, not once per Service.
 	var replicas, agents []speaker
@@ -217,13 +224,21 @@ func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node, sessions []*v
 			replicas = append(replicas, sp)
 		}
 	}
+	nodesMode := announcer == config.AnnouncerBGP && cfg.BGP != nil && cfg.BGP.NextHop == config.NextHopNodes
+	var byName map[string]*v1.Node // only what needs it: agents, next hops
+	if len(agents) > 0 || nodesMode {
+		byName = make(map[string]*v1.Node, len(nodes))
+		for _, n := range nodes {
+			byName[n.Name] = n
+		}
+	}
 	slicesOf := func(ns, name string) []*discoveryv1.EndpointSlice {
 		sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name})
 		out, _ := c.slices.EndpointSlices(ns).List(sel)
 		return out
 	}
 	var hops, draining map[netip.Prefix][]netip.Addr
-	if announcer == config.AnnouncerBGP && cfg.BGP != nil && cfg.BGP.NextHop == config.NextHopNodes {
+	if nodesMode {
 		var gs *lb.GracefulShutdown
 		if g := cfg.BGP.GracefulShutdown; g != nil {
 			// A plain cordon (onCordon) has no start time in the API: the agents count
@@ -251,7 +266,7 @@ func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node, sessions []*v
 			}
 		}
 	}
-	out := map[string]metav1.Condition{}
+	var shared *metav1.Condition
 	for _, svc := range svcs {
 		if !lb.Owned(svc) || svc.DeletionTimestamp != nil {
 			continue
@@ -269,29 +284,46 @@ func (c *Controller) Compute(svcs []*v1.Service, nodes []*v1.Node, sessions []*v
 			cond.Status, cond.Reason = metav1.ConditionUnknown, ReasonMetalLB
 			cond.Message = "announced by MetalLB's speakers from the objects this CCM writes (see MetalLB's status and logs)"
 		default:
+			if p, ok := c.notInPool(ips); ok {
+				cond = p
+				break
+			}
+			plain := hops == nil && svc.Spec.ExternalTrafficPolicy != v1.ServiceExternalTrafficPolicyLocal
+			if plain && shared != nil {
+				cond = *shared
+				break
+			}
 			cond = c.bgpCondition(svc, ips, replicas, agents, byName, hops, draining, nodeOf, slicesOf)
-		}
-		out[svc.Namespace+"/"+svc.Name] = cond
-	}
-	return out
-}
-
-// bgpCondition is the condition of a Service announced by the embedded speakers.
-func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas, agents []speaker, byName map[string]*v1.Node, hops, draining map[netip.Prefix][]netip.Addr, nodeOf map[netip.Addr]string, slicesOf func(string, string) []*discoveryv1.EndpointSlice) metav1.Condition {
-	cond := metav1.Condition{Type: lb.ConditionAnnounced, Status: metav1.ConditionFalse}
-	if c.o.Pool != nil {
-		var out []string
-		for _, ip := range ips {
-			if _, ok := c.o.Pool(ip); !ok {
-				out = append(out, ip.String())
+			if plain {
+				shared = &cond
 			}
 		}
-		if len(out) == len(ips) {
-			cond.Reason = ReasonNotInPool
-			cond.Message = fmt.Sprintf("%s in no configured pool: not announced (add the range back to a pool, or recreate the Service)", strings.Join(out, ", "))
-			return cond
+		fn(svc, cond)
+	}
+}
+
+// notInPool is the condition of a Service none of whose addresses is in a pool.
+func (c *Controller) notInPool(ips []netip.Addr) (metav1.Condition, bool) {
+	if c.o.Pool == nil {
+		return metav1.Condition{}, false
+	}
+	var out []string
+	for _, ip := range ips {
+		if _, ok := c.o.Pool(ip); !ok {
+			out = append(out, ip.String())
 		}
 	}
+	if len(out) < len(ips) {
+		return metav1.Condition{}, false
+	}
+	return metav1.Condition{Type: lb.ConditionAnnounced, Status: metav1.ConditionFalse, Reason: ReasonNotInPool,
+		Message: fmt.Sprintf("%s in no configured pool: not announced (add the range back to a pool, or recreate the Service)", strings.Join(out, ", "))}, true
+}
+
+// bgpCondition is the condition of a Service announced by the embedded speakers, an
+// address of which is in a pool.
+func (c *Controller) bgpCondition(svc *v1.Service, ips []netip.Addr, replicas, agents []speaker, byName map[string]*v1.Node, hops, draining map[netip.Prefix][]netip.Addr, nodeOf map[netip.Addr]string, slicesOf func(string, string) []*discoveryv1.EndpointSlice) metav1.Condition {
+	cond := metav1.Condition{Type: lb.ConditionAnnounced, Status: metav1.ConditionFalse}
 	local := svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 	var ready map[string]bool
 	if local {

@@ -69,7 +69,7 @@ func service(name, ip string, local bool) *v1.Service {
 	return s
 }
 
-func fixture(t *testing.T, cfg *config.CloudConfig, objs ...runtime.Object) (*Controller, *fake.Clientset) {
+func fixture(t testing.TB, cfg *config.CloudConfig, objs ...runtime.Object) (*Controller, *fake.Clientset) {
 	t.Helper()
 	client := fake.NewClientset(objs...)
 	f := informers.NewSharedInformerFactory(client, 0)

@@ -8,7 +8,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb/ipam"
@@ -19,7 +18,14 @@ import (
 // server's own ClusterIP repair waits as long).
 const ClaimGrace = time.Minute
 
-// RunClaimCollector deletes, every interval until ctx ends, the claims no Service
+// ClaimCollectInterval is how often the leader's collector looks for claims no
+// Service needs. They are rare (a leader that crashed between claim and status, a
+// failed release), and a pass lists every claim of the CCM's from the API server
+// (10,000 claims: about 45 MB decoded, then garbage), so it runs every five minutes.
+const ClaimCollectInterval = 5 * time.Minute
+
+// RunClaimCollector deletes, every interval until ctx ends (the first time as soon
+// as the allocator is primed, and after a failed pass within ClaimGrace), the claims no Service
 // needs any more: a claim whose Service is gone (by UID), or whose Service shows
 // other addresses in its status and is not assigned this one, or a sharing group's
 // claim no Service of the group holds — each once older than ClaimGrace (a leader that claimed and
@@ -28,15 +34,38 @@ const ClaimGrace = time.Minute
 // UID and version.
 func (l *LoadBalancer) RunClaimCollector(ctx context.Context, interval time.Duration) {
 	logger := klog.FromContext(ctx).WithName("claims")
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
+	wait := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		// Until the term's first pass that reads the claims (the allocator is primed
+		// a moment after the term starts), retry every ClaimGrace, not interval.
+		wait = min(interval, ClaimGrace)
+		if !l.claimsPrimed() {
+			continue
+		}
 		n, err := l.collectClaims(ctx, time.Now())
 		if err != nil {
 			logger.V(2).Info("Collecting address claims failed; retrying", "err", err)
+			continue
 		}
+		wait = interval
 		if n > 0 {
 			logger.Info("Deleted address claims no Service needs", "claims", n)
 		}
-	}, interval)
+	}
+}
+
+// claimsPrimed reports whether a collector pass would read the claims: a claimer is
+// set and the allocator was primed this term.
+func (l *LoadBalancer) claimsPrimed() bool {
+	claimer, _ := l.claims()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return claimer != nil && l.services != nil && l.primed
 }
 
 // collectClaims is one pass of RunClaimCollector; it returns how many claims it
@@ -49,7 +78,7 @@ func (l *LoadBalancer) collectClaims(ctx context.Context, now time.Time) (int, e
 	if claimer == nil || lister == nil || !primed {
 		return 0, nil
 	}
-	claims, err := claimer.List(ctx)
+	claims, err := claimer.List(ctx, true)
 	if err != nil {
 		return 0, err
 	}

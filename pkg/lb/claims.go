@@ -97,8 +97,9 @@ type Claimer interface {
 	Release(ctx context.Context, ip netip.Addr, h Holder) error
 	// Get returns the claim of ip, ok false if there is none.
 	Get(ctx context.Context, ip netip.Addr) (c Claim, ok bool, err error)
-	// List returns every claim on an address, ours and others' (ClusterIPs).
-	List(ctx context.Context) (map[netip.Addr]Claim, error)
+	// List returns every claim on an address, ours and others' (ClusterIPs); with
+	// ours, only this CCM's (the API server selects them: the others are not read).
+	List(ctx context.Context, ours bool) (map[netip.Addr]Claim, error)
 }
 
 // IPAddressClaims is the Claimer over networking.k8s.io/v1 IPAddress objects.
@@ -221,9 +222,12 @@ func (c IPAddressClaims) Get(ctx context.Context, ip netip.Addr) (Claim, bool, e
 }
 
 // List implements Claimer.
-func (c IPAddressClaims) List(ctx context.Context) (map[netip.Addr]Claim, error) {
+func (c IPAddressClaims) List(ctx context.Context, ours bool) (map[netip.Addr]Claim, error) {
 	out := map[netip.Addr]Claim{}
 	opts := metav1.ListOptions{Limit: 5000}
+	if ours {
+		opts.LabelSelector = networkingv1.LabelManagedBy + "=" + ClaimManager
+	}
 	for {
 		list, err := c.Client.NetworkingV1().IPAddresses().List(ctx, opts)
 		if err != nil {

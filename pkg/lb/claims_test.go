@@ -49,7 +49,7 @@ func withUID(s *v1.Service, uid string) *v1.Service {
 
 func claimsIn(t *testing.T, client *fake.Clientset) map[netip.Addr]Claim {
 	t.Helper()
-	cl, err := IPAddressClaims{Client: client}.List(context.Background())
+	cl, err := IPAddressClaims{Client: client}.List(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,6 +241,14 @@ func TestForeignClaimIsReserved(t *testing.T) {
 	got, err := ensureIPs(t, l, s)
 	if err != nil || slices.Contains(got, "192.0.2.1") {
 		t.Errorf("got %v %v, want an address other than the ClusterIP", got, err)
+	}
+	// The collector reads only this CCM's claims; priming reads every manager's.
+	ours, err := IPAddressClaims{Client: client}.List(context.Background(), true)
+	if _, foreignListed := ours[netip.MustParseAddr("192.0.2.1")]; err != nil || foreignListed || len(ours) != len(got) {
+		t.Errorf("own claims %v (%v), want exactly the Service's %v", ours, err, got)
+	}
+	if all := claimsIn(t, client); len(all) != len(got)+1 {
+		t.Errorf("every claim: %v, want the Service's %v and the ClusterIP", all, got)
 	}
 }
 

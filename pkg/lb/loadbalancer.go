@@ -319,7 +319,7 @@ func (l *LoadBalancer) prime(ctx context.Context) error {
 	var claims map[netip.Addr]Claim
 	if l.claimer != nil {
 		lctx, cancel := context.WithTimeout(ctx, time.Minute)
-		claims, err = l.claimer.List(lctx)
+		claims, err = l.claimer.List(lctx, false)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("listing address claims to prime IPAM: %w", err)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -209,9 +210,7 @@ func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
 		fresh  bool // readiness changed: a cached answer may predate it
 	}
 	var work []due
-	seen := map[string]bool{}
 	for _, n := range nodes {
-		seen[n.Name] = true
 		id, ok := inventory.HostIDFromProviderID(n.Spec.ProviderID)
 		if !ok {
 			continue
@@ -247,8 +246,10 @@ func (m *Monitor) sync(ctx context.Context) *sync.WaitGroup {
 		m.last[n.Name] = lastRead{at: now, ready: ready}
 		work = append(work, due{n, h, t, ok && last.ready != ready})
 	}
+	// Forget deleted Nodes (a lookup per remembered Node: no per-tick set of names,
+	// which at 5000 Nodes was most of what an idle leader allocated).
 	for name := range m.last {
-		if !seen[name] {
+		if _, err := m.nodes.Get(name); apierrors.IsNotFound(err) {
 			delete(m.last, name)
 		}
 	}

@@ -52,6 +52,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/internal/eventrec"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/adverts"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/announcestatus"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bmc"
@@ -237,7 +238,7 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 			klog.ErrorS(err, "No client for baremetal-ccm.io objects: the Announced condition sees no BGP speaker")
 		}
 		c.objects = objects
-		broadcaster := record.NewBroadcaster()
+		broadcaster := eventrec.NewBroadcaster(context.Background()) // for the process's life, as its recorder
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 		c.eventRecorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventSource})
 		c.recorder.set(c.eventRecorder)

@@ -91,6 +91,9 @@ type Options struct {
 	// EventLog logs protocol states, events and route changes with microsecond
 	// timestamps, for LogEvents. It costs BIRD time with many routes.
 	EventLog bool
+	// RouteTimes has BIRD keep, and show, when each route last changed to the
+	// millisecond, for RouteSince.
+	RouteTimes bool
 }
 
 // Speaker is one speaker allowed to peer with the router.

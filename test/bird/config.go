@@ -30,6 +30,7 @@ var configTmpl = template.Must(template.New("bird.conf").Option("missingkey=erro
 type configData struct {
 	// Test adds the tests' logging; without it the output is the example in docs/configuration.md.
 	Test, EventLog     bool
+	RouteTimes         bool
 	LogFile            string
 	RouterV4           netip.Addr
 	ASN                uint32
@@ -69,7 +70,7 @@ func (b BFD) data() *bfdData {
 // config renders bird.conf for r's options and addresses.
 func (r *Router) config() string {
 	d := configData{
-		Test: true, EventLog: r.opts.EventLog, LogFile: filepath.Join(r.dir, "bird.log"),
+		Test: true, EventLog: r.opts.EventLog, RouteTimes: r.opts.RouteTimes, LogFile: filepath.Join(r.dir, "bird.log"),
 		RouterV4: r.RouterV4, ASN: r.ASN, HoldTime: r.opts.HoldTime, Keepalive: max(r.opts.HoldTime/3, 1),
 		GracefulRestart: r.opts.GracefulRestart,
 	}

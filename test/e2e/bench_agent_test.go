@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -22,6 +24,9 @@ import (
 )
 
 const agentBenchLabel = "bench=agent"
+
+// defaultAgentAddr is agent mode's default --serving-address.
+const defaultAgentAddr = "127.0.0.1:10268"
 
 // BenchmarkAgent5000Nodes10000Services measures one worker agent (agent mode, the
 // agent role, no inventory) in a cluster of 5000 Ready Nodes and 10,000 LoadBalancer
@@ -85,7 +90,12 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		if err := ccm.WaitHealthy(ctx); err != nil {
 			b.Fatal(err)
 		}
-		agent := framework.StartAgentIn(b, worker, agentCfg, self, "--kubeconfig="+framework.AgentKubeconfig(b, cp, worker, self), "--v=1")
+		profiles := os.Getenv("BAREMETAL_CCM_BENCH_PROFILES")
+		args := []string{"--kubeconfig=" + framework.AgentKubeconfig(b, cp, worker, self), "--v=1"}
+		if profiles != "" {
+			args = append(args, "--profiling")
+		}
+		agent := framework.StartAgentIn(b, worker, agentCfg, self, args...)
 		if err := framework.WaitFor(ctx, 5*time.Minute, "the agent's pod CIDR in BIRD", func(ctx context.Context) (bool, error) {
 			n, err := router.CountRoutes(ctx)
 			return n >= 1, err
@@ -113,7 +123,18 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		all := time.Since(start)
 		cpu1, _ := framework.ProcCPUTime(agent.PID())
 		rssBurst, _ := framework.ProcRSS(agent.PID())
-		time.Sleep(65 * time.Second) // a full resync (1m) included
+		if profiles != "" {
+			// Where the idle minute's CPU goes: the agent serves its profiler on
+			// loopback in the host's namespace.
+			out := filepath.Join(profiles, "agent-5000-nodes-10000-services-idle.cpu.pb.gz")
+			if msg, err := exec.CommandContext(ctx, "ip", "netns", "exec", worker.Name, "curl", "-sSf", "-o", out,
+				"http://"+defaultAgentAddr+"/debug/pprof/profile?seconds=60").CombinedOutput(); err != nil {
+				b.Errorf("agent CPU profile: %v: %s", err, msg)
+			}
+			time.Sleep(5 * time.Second)
+		} else {
+			time.Sleep(65 * time.Second) // a full resync (1m) included
+		}
 		cpu2, _ := framework.ProcCPUTime(agent.PID())
 		rss, _ := framework.ProcRSS(agent.PID())
 		b.ReportMetric(mib(rssSynced), "rss-synced-MiB")

@@ -5,8 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/baremetal-ccm/baremetal-ccm/test/bird"
@@ -37,7 +40,7 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 	defer cancel()
 	cp := framework.Shared()
 	client := fastClient(b, cp)
-	router := bird.Start(b, bird.Options{})
+	router := bird.Start(b, bird.Options{RouteTimes: true})
 
 	cfg := lbBenchConfig(b, router, "198.18.0.0/18")
 
@@ -82,12 +85,15 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 		} else {
 			close(profiled)
 		}
+		created := make([]time.Time, memBenchServices) // when each Create returned
 		parallel(b, memBenchServices, func(i int) error {
 			svc := lbBenchService(i)
 			svc.Spec.AllocateLoadBalancerNodePorts = ptr.To(false) // 10,000 > the NodePort range
 			_, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+			created[i] = time.Now()
 			return err
 		})
+		createdAll := time.Since(start)
 		if err := framework.WaitFor(ctx, 15*time.Minute, "every Service's /32 in BIRD", func(ctx context.Context) (bool, error) {
 			n, err := router.CountRoutes(ctx)
 			return n >= memBenchServices, err
@@ -95,11 +101,18 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 			b.Fatal(err)
 		}
 		all := time.Since(start)
+		reportCreateToBIRD(ctx, b, client, router, ns, created, createdAll, all)
 		<-profiled
 		time.Sleep(5 * time.Second) // let the last writes and events settle
 		rss5, err := ccm.RSS()
 		if err != nil {
 			b.Fatal(err)
+		}
+		if dir := os.Getenv("BAREMETAL_CCM_BENCH_PROFILES"); dir != "" {
+			// What the idle minute allocates: go tool pprof -sample_index=alloc_space
+			// -base this the last one. No forced collection: it would change what the
+			// minute's RSS measures.
+			saveHeapProfile(ctx, b, ccm, filepath.Join(dir, "memory-5000-nodes-10000-services.heap-idle-start.pb.gz"), false)
 		}
 		// Steady state: the Go runtime returns freed pages to the OS over tens of
 		// seconds after the burst of 10,000 creations.
@@ -125,7 +138,7 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 			b.ReportMetric(mib(int64(metricValue(m, "go_memstats_heap_inuse_bytes"))), "heap-inuse-MiB")
 		}
 		if dir := os.Getenv("BAREMETAL_CCM_BENCH_PROFILES"); dir != "" {
-			saveHeapProfile(ctx, b, ccm, filepath.Join(dir, "memory-5000-nodes-10000-services.heap.pb.gz"))
+			saveHeapProfile(ctx, b, ccm, filepath.Join(dir, "memory-5000-nodes-10000-services.heap.pb.gz"), true)
 		}
 		b.Logf("%d Nodes, %d Services with IPs announced after %v: CCM RSS %.1f MiB 5 s later, %.1f MiB a minute later (target < 150 MiB); load average %s",
 			memBenchNodes, memBenchServices, all.Round(time.Second), mib(rss5), mib(rss), loadAvg())
@@ -143,11 +156,59 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 	}
 }
 
-// saveHeapProfile writes the CCM's heap profile (GET /debug/pprof/heap after a GC) to
-// path, for `go tool pprof`.
-func saveHeapProfile(ctx context.Context, b *testing.B, ccm *framework.CCM, path string) {
+// reportCreateToBIRD reports how long each Service's /32 took from its creation (its
+// Create call returned) to BIRD's table, by BIRD's timestamps, and the time creating
+// them all took (what bounds the whole burst).
+func reportCreateToBIRD(ctx context.Context, b *testing.B, client kubernetes.Interface, router *bird.Router, ns string, created []time.Time, createdAll, all time.Duration) {
 	b.Helper()
-	data, err := ccm.Fetch(ctx, "/debug/pprof/heap?gc=1")
+	since, err := router.RouteSince(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	index := make(map[string]int, len(created))
+	for i := range created {
+		index[lbBenchName(i)] = i
+	}
+	var lat []time.Duration
+	for _, svc := range list.Items {
+		i, ok := index[svc.Name]
+		if !ok || len(svc.Status.LoadBalancer.Ingress) == 0 {
+			continue
+		}
+		ip, err := netip.ParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
+		if err != nil {
+			continue
+		}
+		if t, ok := since[netip.PrefixFrom(ip, ip.BitLen())]; ok {
+			lat = append(lat, t.Sub(created[i]))
+		}
+	}
+	if len(lat) != len(created) {
+		b.Fatalf("%d of %d Services matched to a route in BIRD", len(lat), len(created))
+	}
+	slices.Sort(lat)
+	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(f*float64(len(lat))))] }
+	b.ReportMetric(q(0.5).Seconds(), "create-to-bird-p50-s")
+	b.ReportMetric(q(0.99).Seconds(), "create-to-bird-p99-s")
+	b.ReportMetric(lat[len(lat)-1].Seconds(), "create-to-bird-max-s")
+	b.ReportMetric(createdAll.Seconds(), "created-all-s")
+	b.Logf("creating the %d Services took %v; each Service's /32 in BIRD after its creation (BIRD's timestamps): median %v, p99 %v, max %v; all in BIRD %v after the first creation",
+		len(created), createdAll.Round(time.Millisecond), q(0.5).Round(time.Millisecond), q(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), all.Round(time.Second))
+}
+
+// saveHeapProfile writes the CCM's heap profile (GET /debug/pprof/heap, after a
+// collection when gc) to path, for `go tool pprof`.
+func saveHeapProfile(ctx context.Context, b *testing.B, ccm *framework.CCM, path string, gc bool) {
+	b.Helper()
+	url := "/debug/pprof/heap"
+	if gc {
+		url += "?gc=1"
+	}
+	data, err := ccm.Fetch(ctx, url)
 	if err == nil {
 		err = os.WriteFile(path, data, 0o644)
 	}

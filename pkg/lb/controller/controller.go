@@ -53,6 +53,7 @@ import (
 	servicehelper "k8s.io/cloud-provider/service/helpers"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/internal/eventrec"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/testhook"
 )
 
@@ -212,7 +213,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
 	if c.recorder == nil {
-		b := record.NewBroadcaster(record.WithContext(ctx))
+		b := eventrec.NewBroadcaster(ctx)
 		b.StartStructuredLogging(3)
 		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
 		defer b.Shutdown()
