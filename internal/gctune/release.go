@@ -22,23 +22,29 @@ type heapStats struct {
 	live   uint64 // heap bytes live at the last collection
 }
 
-// shouldRelease reports whether the heap holds enough free memory, and the process
-// allocated little enough since the last look (allocated bytes), that returning it
-// to the OS is worth a forced collection: at least releaseMin free, at least a
-// quarter of the live heap, and over four times what the last interval allocated
-// (a process that keeps allocating would fault the pages straight back in; one gone
-// quiet does not).
-func shouldRelease(s heapStats, allocated uint64) bool {
-	return s.free >= releaseMin && s.free >= s.live/4 && allocated < s.free/4
+// shouldRelease reports whether returning the heap's free memory to the OS is worth
+// a forced collection: at least releaseMin free and a quarter of the live heap; the
+// process quiet (the last interval allocated under a quarter of what is free: one
+// that keeps allocating would fault the pages straight back in); and a burst behind
+// it since the last release (burst bytes allocated, at least twice the live heap
+// and releaseBurstMin), so a quiet process is not collected again after each of its
+// own collections.
+func shouldRelease(s heapStats, allocated, burst uint64) bool {
+	return s.free >= releaseMin && s.free >= s.live/4 && allocated < s.free/4 &&
+		burst >= releaseBurstMin && burst >= 2*s.live
 }
+
+// releaseBurstMin is the least allocation since the last release that counts as a
+// burst.
+const releaseBurstMin = 64 << 20
 
 // Release returns the heap's free memory to the OS once the process has gone quiet
 // after a burst, until ctx is done. Go's own scavenger keeps up to a tenth more than
 // the heap's goal (with GOGC=50, one and a half times the live data) resident for
-// good; after 10,000 Services were assigned that was some 30 MiB the CCM no longer
-// needed. Every ReleaseInterval it reads the runtime's metrics (cheap) and, when
-// shouldRelease, calls debug.FreeOSMemory (one collection and a scavenge; at most one
-// per interval, none while the process keeps allocating).
+// good; after 10,000 Services were assigned that was some 30 MiB the process no
+// longer needed. Every ReleaseInterval it reads the runtime's metrics (cheap) and,
+// when shouldRelease, calls debug.FreeOSMemory (one collection and a scavenge; at
+// most once per burst).
 func Release(ctx context.Context) {
 	release(ctx, ReleaseInterval, readHeapStats, freeOSMemory)
 }
@@ -48,6 +54,7 @@ func release(ctx context.Context, interval time.Duration, read func() heapStats,
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	last := read()
+	var released uint64 // allocs at the last release
 	for {
 		select {
 		case <-ctx.Done():
@@ -55,11 +62,11 @@ func release(ctx context.Context, interval time.Duration, read func() heapStats,
 		case <-tick.C:
 		}
 		s := read()
-		if shouldRelease(s, s.allocs-last.allocs) {
+		if shouldRelease(s, s.allocs-last.allocs, s.allocs-released) {
 			free()
 			after := read()
 			logger.V(4).Info("Returned free heap memory to the OS", "freeBefore", s.free, "freeAfter", after.free, "live", after.live)
-			s = after
+			s, released = after, after.allocs
 		}
 		last = s
 	}

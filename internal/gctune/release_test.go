@@ -11,20 +11,23 @@ import (
 func TestShouldRelease(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {
-		name      string
-		s         heapStats
-		allocated uint64
-		want      bool
+		name             string
+		s                heapStats
+		allocated, burst uint64
+		want             bool
 	}{
-		{"quiet after a burst", heapStats{free: 40 * mib, live: 80 * mib}, 2 * mib, true},
-		{"still allocating", heapStats{free: 40 * mib, live: 80 * mib}, 60 * mib, false},
-		{"allocating a little under what is free", heapStats{free: 40 * mib, live: 80 * mib}, 20 * mib, false},
-		{"too little free", heapStats{free: 15 * mib, live: 20 * mib}, 0, false},
-		{"free small against the live heap", heapStats{free: 20 * mib, live: 100 * mib}, 0, false},
-		{"exactly a quarter", heapStats{free: 25 * mib, live: 100 * mib}, 6 * mib, true},
+		{"quiet after a burst", heapStats{free: 40 * mib, live: 80 * mib}, 2 * mib, 1000 * mib, true},
+		{"still allocating", heapStats{free: 40 * mib, live: 80 * mib}, 60 * mib, 1000 * mib, false},
+		{"allocating a little under what is free", heapStats{free: 40 * mib, live: 80 * mib}, 20 * mib, 1000 * mib, false},
+		{"too little free", heapStats{free: 15 * mib, live: 20 * mib}, 0, 1000 * mib, false},
+		{"free small against the live heap", heapStats{free: 20 * mib, live: 100 * mib}, 0, 1000 * mib, false},
+		{"exactly a quarter", heapStats{free: 25 * mib, live: 100 * mib}, 6 * mib, 1000 * mib, true},
+		{"no burst since the last release (its own collection freed this)", heapStats{free: 30 * mib, live: 60 * mib}, 1 * mib, 100 * mib, false},
+		{"a burst of twice the live heap", heapStats{free: 30 * mib, live: 60 * mib}, 1 * mib, 120 * mib, true},
+		{"a small process: at least releaseBurstMin", heapStats{free: 20 * mib, live: 20 * mib}, 1 * mib, 50 * mib, false},
 	} {
-		if got := shouldRelease(c.s, c.allocated); got != c.want {
-			t.Errorf("%s: shouldRelease(%+v, %d) = %v, want %v", c.name, c.s, c.allocated, got, c.want)
+		if got := shouldRelease(c.s, c.allocated, c.burst); got != c.want {
+			t.Errorf("%s: shouldRelease(%+v, %d, %d) = %v, want %v", c.name, c.s, c.allocated, c.burst, got, c.want)
 		}
 	}
 }
@@ -34,10 +37,12 @@ func TestReleaseLoop(t *testing.T) {
 	const mib = 1 << 20
 	stats := []heapStats{
 		{allocs: 0, free: 40 * mib, live: 80 * mib},         // first read
-		{allocs: 100 * mib, free: 40 * mib, live: 80 * mib}, // burst: 100 MiB allocated
-		{allocs: 101 * mib, free: 40 * mib, live: 80 * mib}, // quiet: release
-		{allocs: 101 * mib, free: 0, live: 80 * mib},        // after the release
-		{allocs: 102 * mib, free: 1 * mib, live: 80 * mib},  // nothing to give back
+		{allocs: 200 * mib, free: 40 * mib, live: 80 * mib}, // burst: 200 MiB allocated
+		{allocs: 201 * mib, free: 40 * mib, live: 80 * mib}, // quiet: release
+		{allocs: 201 * mib, free: 0, live: 80 * mib},        // after the release
+		{allocs: 202 * mib, free: 1 * mib, live: 80 * mib},  // nothing to give back
+		{allocs: 230 * mib, free: 30 * mib, live: 80 * mib}, // its own collection freed some: no burst
+		{allocs: 231 * mib, free: 30 * mib, live: 80 * mib},
 	}
 	var reads, released atomic.Int32
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,15 +67,15 @@ func TestReleaseLoop(t *testing.T) {
 // TestReleaseReturnsMemory: with the runtime's real numbers, freed memory is given
 // back to the OS.
 func TestReleaseReturnsMemory(t *testing.T) {
-	keep := make([][]byte, 0, 64)
-	for range 64 {
+	keep := make([][]byte, 0, 80)
+	for range 80 { // a burst: more than releaseBurstMin
 		keep = append(keep, make([]byte, 1<<20))
 	}
 	runtime.KeepAlive(keep)
 	keep = nil
 	runtime.GC()
 	before := readHeapStats()
-	if !shouldRelease(before, 0) {
+	if !shouldRelease(before, 0, before.allocs) {
 		t.Skipf("the runtime holds only %d free bytes (live %d): nothing to test", before.free, before.live)
 	}
 	var calls atomic.Int32

@@ -222,7 +222,28 @@ func (a *Agent) serviceHandler() cache.ResourceEventHandler {
 			a.serviceChanged(k)
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{AddFunc: key, UpdateFunc: func(_, obj any) { key(obj) }, DeleteFunc: key}
+	return cache.ResourceEventHandlerFuncs{AddFunc: key, DeleteFunc: key, UpdateFunc: func(old, obj any) {
+		if o, ok := old.(*v1.Service); ok {
+			if n, ok := obj.(*v1.Service); ok && !serviceMatters(o, n) {
+				return
+			}
+		}
+		key(obj)
+	}}
+}
+
+// serviceMatters reports whether a Service update can change what the agent
+// applies: anything but its status conditions (the leader's Announced condition,
+// written for every Service after each burst, at a bounded rate, for minutes) and
+// the object's version. A resync (the same version) matters, as before.
+func serviceMatters(o, n *v1.Service) bool {
+	if o.ResourceVersion == n.ResourceVersion {
+		return true
+	}
+	c := *n // a shallow copy: n itself is the cache's, and stays untouched
+	c.ResourceVersion, c.ManagedFields = o.ResourceVersion, o.ManagedFields
+	c.Status.Conditions = o.Status.Conditions
+	return !equality.Semantic.DeepEqual(o, &c)
 }
 
 func (a *Agent) sliceHandler() cache.ResourceEventHandler {

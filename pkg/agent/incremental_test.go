@@ -13,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -250,6 +251,52 @@ func TestNodeMatters(t *testing.T) {
 		tc.change(n)
 		if got := nodeMatters(base, n); got != tc.want {
 			t.Errorf("%s: nodeMatters = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestServiceMatters(t *testing.T) {
+	base := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ResourceVersion: "1", Labels: map[string]string{"a": "b"}},
+		Spec:       v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyCluster},
+		Status: v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: "198.18.0.1"}}},
+			Conditions: []metav1.Condition{{Type: lb.ConditionAnnounced, Status: metav1.ConditionFalse}}},
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*v1.Service)
+		want   bool
+	}{
+		{"Announced condition written", func(s *v1.Service) {
+			s.ResourceVersion = "2"
+			s.Status.Conditions[0].Status, s.Status.Conditions[0].Message = metav1.ConditionTrue, "announced over BGP"
+		}, false},
+		{"condition added", func(s *v1.Service) {
+			s.ResourceVersion = "2"
+			s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{Type: "Other", Status: metav1.ConditionTrue})
+		}, false},
+		{"resync (same version)", func(*v1.Service) {}, true},
+		{"address changed", func(s *v1.Service) {
+			s.ResourceVersion = "2"
+			s.Status.LoadBalancer.Ingress[0].IP = "198.18.0.2"
+		}, true},
+		{"policy changed with a condition", func(s *v1.Service) {
+			s.ResourceVersion = "2"
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			s.Status.Conditions = nil
+		}, true},
+		{"label", func(s *v1.Service) { s.ResourceVersion = "2"; s.Labels["a"] = "c" }, true},
+		{"annotation", func(s *v1.Service) { s.ResourceVersion = "2"; s.Annotations = map[string]string{"k": "v"} }, true},
+		{"deleted", func(s *v1.Service) { s.ResourceVersion = "2"; s.DeletionTimestamp = ptr.To(metav1.Now()) }, true},
+	} {
+		n := base.DeepCopy()
+		tc.change(n)
+		before := n.DeepCopy()
+		if got := serviceMatters(base, n); got != tc.want {
+			t.Errorf("%s: serviceMatters = %v, want %v", tc.name, got, tc.want)
+		}
+		if !equality.Semantic.DeepEqual(n, before) {
+			t.Errorf("%s: serviceMatters changed the new object", tc.name)
 		}
 	}
 }
