@@ -10,8 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -155,6 +159,9 @@ func runAgentMode(args []string, stderr io.Writer) int {
 		return fail(err)
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(informed, 0, informers.WithTransform(trim.Object))
+	if d.kernel == nil || !cfg.Routes.MirrorEnabled() {
+		ownNodeOnly(factory, *nodeName)
+	}
 	nodes = factory.Core().V1().Nodes().Informer()
 	var started atomic.Pointer[agent.Agent]
 	if poolSet != nil {
@@ -210,3 +217,16 @@ type stringList []string
 
 func (l *stringList) String() string     { return fmt.Sprint([]string(*l)) }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// ownNodeOnly makes factory's Node informer list and watch only the Node named self
+// (a field selector). An agent announces only via itself: without the kernel mirror
+// (every Node's pod CIDR) nothing it applies depends on another Node, and caching
+// them all would cost every agent memory and the decoding of every Node update in
+// the cluster (O(Nodes) per agent, O(Nodes^2) in all).
+func ownNodeOnly(factory informers.SharedInformerFactory, self string) {
+	factory.InformerFor(&v1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredNodeInformer(c, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", self).String()
+		})
+	})
+}

@@ -444,7 +444,11 @@ func (a *Agent) sync(ctx context.Context, p pending) {
 	sp := a.speaker
 	a.mu.Unlock()
 	if sp != nil {
-		a.syncPeers(ctx, sp)
+		if p.full || p.nodes || p.peers {
+			// Services never change the peers: a burst of them costs no peer pass
+			// (each one lists the host's interfaces for the next-hop policy).
+			a.syncPeers(ctx, sp)
+		}
 		switch {
 		case p.full || p.lbAll || a.health != nil: // node health: every Service's targets, every pass
 			a.syncLoadBalancers(ctx, sp, nodes)
@@ -698,7 +702,9 @@ func PodCIDRPaths(nodes []*v1.Node) []bgp.Path {
 }
 
 // syncPeers gives the speaker this host's rack peers (from the inventory, else from
-// its Node's annotation) and the cluster's BGPPeers for its Node on every pass, and has it re-read the password files: a
+// its Node's annotation) and the cluster's BGPPeers for its Node (on every pass
+// after a Node or BGPPeer change, every full pass and every PeerResyncInterval),
+// and has it re-read the password files: a
 // changed peer or password re-creates that session, an unchanged one is left alone.
 // What it logs, it logs once per change.
 func (a *Agent) syncPeers(ctx context.Context, sp Speaker) {

@@ -26,8 +26,10 @@ type pending struct {
 	full bool
 	// lbAll: every Service's announcement (a Node its next hops depend on changed).
 	lbAll bool
-	// nodes: the pod CIDRs and the mirror (a Node changed).
+	// nodes: the pod CIDRs, the mirror and the peers (a Node changed).
 	nodes bool
+	// peers: the peers (ClusterPeers' answer changed).
+	peers bool
 	// services are the namespace/name keys of Services whose announcement may have
 	// changed (the Service or one of its EndpointSlices changed).
 	services map[string]struct{}
@@ -168,7 +170,12 @@ func (a *Agent) Resync() { a.kickFull() }
 
 // PeersChanged asks for a pass soon that applies ClusterPeers' answer (and no
 // Service or Node work beyond what changed).
-func (a *Agent) PeersChanged() { a.kick() }
+func (a *Agent) PeersChanged() {
+	a.mu.Lock()
+	a.pend.peers = true
+	a.mu.Unlock()
+	a.kick()
+}
 
 // kickFull asks for a full pass.
 func (a *Agent) kickFull() {

@@ -362,3 +362,52 @@ func TestProblemsJoinedPerService(t *testing.T) {
 		t.Error("the Service's problem is still recorded after a pass found none")
 	}
 }
+
+// A pass for Services leaves the peers alone (they never depend on a Service); a
+// BGPPeer change (PeersChanged) and a Node change apply them.
+func TestPeersOnlyWhenTheyMayChange(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	self := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "self"}, Status: v1.NodeStatus{
+		Addresses:  []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.1"}},
+		Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
+	}}
+	client := fake.NewClientset(self)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	sp := newFakeSpeaker()
+	a, err := New(Options{
+		Config: &config.CloudConfig{
+			BGP:          &config.BGPConfig{LocalASN: 65000, RouterID: "10.0.0.1"},
+			LoadBalancer: &config.LoadBalancerConfig{Announcer: config.AnnouncerBGP},
+		},
+		Self: "self", Informers: factory, ResyncInterval: time.Hour, PeerResyncInterval: time.Hour,
+		NewSpeaker: func(Identity) (Speaker, error) { return sp, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.Run(ctx) }()
+	refreshes := func() int { sp.mu.Lock(); defer sp.mu.Unlock(); return sp.refresh }
+	announced := func() int { sp.mu.Lock(); defer sp.mu.Unlock(); return sp.announces + sp.updates }
+	waitUntil(t, "the first pass", func() bool { return refreshes() == 1 && announced() > 0 })
+
+	for i := range 3 {
+		before := announced()
+		svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprint("s", i)}, Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer},
+			Status: v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: fmt.Sprint("192.0.2.", i+1)}}}}}
+		if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the Service's pass", func() bool { return announced() > before })
+	}
+	if n := refreshes(); n != 1 {
+		t.Errorf("Service passes applied the peers: %d peer passes, want 1 (the first)", n)
+	}
+	a.PeersChanged()
+	waitUntil(t, "the peers applied after PeersChanged", func() bool { return refreshes() == 2 })
+	self.Labels = map[string]string{"rack": "r2"}
+	if _, err := client.CoreV1().Nodes().Update(ctx, self, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the peers applied after the Node changed", func() bool { return refreshes() == 3 })
+}

@@ -67,12 +67,24 @@ type Options struct {
 	Sessions v1alpha1listers.BGPSessionStateLister
 	// Interval between full passes. Default 5s.
 	Interval time.Duration
-	// WriteQPS and WriteBurst bound the condition writes. Default 20 and 50.
+	// WriteQPS and WriteBurst bound the condition writes. Default: a quarter of
+	// ClientQPS and ClientBurst (the process's --kube-api-qps and --kube-api-burst),
+	// at least 20 and 50: the conditions of a burst of Services follow soon after
+	// their announcements without taking most of the client's budget.
 	WriteQPS   float32
 	WriteBurst int
+	// ClientQPS and ClientBurst are the API client's own limits (0: unknown).
+	ClientQPS   float32
+	ClientBurst int
 	// Clock is time.Now unless a test sets it.
 	Clock func() time.Time
 }
+
+// The least rate of condition writes (the default client's whole budget is 20/s).
+const (
+	minWriteQPS   = 20
+	minWriteBurst = 50
+)
 
 // Controller computes and writes the Announced condition.
 type Controller struct {
@@ -97,10 +109,10 @@ func New(o Options) (*Controller, error) {
 		o.Interval = 5 * time.Second
 	}
 	if o.WriteQPS <= 0 {
-		o.WriteQPS = 20
+		o.WriteQPS = max(minWriteQPS, o.ClientQPS/4)
 	}
 	if o.WriteBurst <= 0 {
-		o.WriteBurst = 50
+		o.WriteBurst = max(minWriteBurst, o.ClientBurst/4)
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now

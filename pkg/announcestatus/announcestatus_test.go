@@ -241,3 +241,26 @@ func TestComputeAgents(t *testing.T) {
 		t.Errorf("Local, agent without endpoint: %+v", g)
 	}
 }
+
+// The condition writes take a quarter of the client's budget, never less than the
+// defaults' 20/s and 50.
+func TestWriteLimits(t *testing.T) {
+	client := fake.NewClientset()
+	f := informers.NewSharedInformerFactory(client, 0)
+	for _, tc := range []struct {
+		qps   float32
+		burst int
+		want  float32
+	}{{0, 0, 20}, {20, 30, 20}, {500, 1000, 125}} {
+		c, err := New(Options{Client: client, Informers: f, Config: bgpConfig(""), ClientQPS: tc.qps, ClientBurst: tc.burst})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.limiter.QPS(); got != tc.want {
+			t.Errorf("client %v/s: condition writes %v/s, want %v", tc.qps, got, tc.want)
+		}
+		if want := max(50, tc.burst/4); c.o.WriteBurst != want {
+			t.Errorf("client burst %d: condition burst %d, want %d", tc.burst, c.o.WriteBurst, want)
+		}
+	}
+}

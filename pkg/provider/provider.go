@@ -120,7 +120,10 @@ type Cloud struct {
 	newFence  func() Fence // set before the first term; nil: no fence
 
 	// made by the first Initialize (the leader's), for the process
-	client        kubernetes.Interface
+	client kubernetes.Interface
+	// clientQPS and clientBurst are the client's limits (--kube-api-qps, --kube-api-burst).
+	clientQPS     float32
+	clientBurst   int
 	objects       versioned.Interface // baremetal-ccm.io objects
 	eventRecorder record.EventRecorder
 
@@ -233,7 +236,9 @@ func (c *Cloud) Initialize(clientBuilder cloudprovider.ControllerClientBuilder, 
 	c.initOnce.Do(func() {
 		client := clientBuilder.ClientOrDie("baremetal-cloud-provider")
 		c.client = client
-		objects, err := speakerstatus.NewClient(clientBuilder.ConfigOrDie("baremetal-cloud-provider"))
+		rc := clientBuilder.ConfigOrDie("baremetal-cloud-provider")
+		c.clientQPS, c.clientBurst = rc.QPS, rc.Burst
+		objects, err := speakerstatus.NewClient(rc)
 		if err != nil {
 			klog.ErrorS(err, "No client for baremetal-ccm.io objects: the Announced condition sees no BGP speaker")
 		}
@@ -447,7 +452,8 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 			}
 			c.leadPools(t, objects, factory.Core().V1().Services())
 		}
-		ac, err := announcestatus.New(announcestatus.Options{Client: c.client, Informers: factory, Config: c.cfg, Pool: c.lb.Allocator().PoolOf, Sessions: sessions})
+		ac, err := announcestatus.New(announcestatus.Options{Client: c.client, Informers: factory, Config: c.cfg, Pool: c.lb.Allocator().PoolOf, Sessions: sessions,
+			ClientQPS: c.clientQPS, ClientBurst: c.clientBurst})
 		if err != nil {
 			t.logger.Error(err, "The Announced condition is off")
 		} else {

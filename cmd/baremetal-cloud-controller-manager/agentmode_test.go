@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// An agent without the kernel mirror lists and watches only its own Node.
+func TestOwnNodeOnly(t *testing.T) {
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "self"}})
+	var mu sync.Mutex
+	var selectors []string
+	record := func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch a := a.(type) {
+		case k8stesting.ListAction:
+			selectors = append(selectors, "list "+a.GetListRestrictions().Fields.String())
+		case k8stesting.WatchAction:
+			selectors = append(selectors, "watch "+a.GetWatchRestrictions().Fields.String())
+		}
+		return false, nil, nil
+	}
+	client.PrependReactor("list", "nodes", record)
+	client.PrependWatchReactor("nodes", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		_, _, _ = record(a)
+		return false, nil, nil
+	})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ownNodeOnly(factory, "self")
+	nodes := factory.Core().V1().Nodes()
+	nodes.Informer() // the agent's registration: the same informer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	if _, err := nodes.Lister().Get("self"); err != nil {
+		t.Fatalf("own Node not cached: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(selectors) < 2 {
+		t.Fatalf("saw %v, want a list and a watch of Nodes", selectors)
+	}
+	for _, s := range selectors {
+		if s != "list metadata.name=self" && s != "watch metadata.name=self" {
+			t.Errorf("Node request %q, want only the field selector metadata.name=self", s)
+		}
+	}
+}
