@@ -77,6 +77,12 @@ type agentDeps struct {
 	pools *pools.Watcher
 }
 
+// mirrors reports whether the agent keeps this host's kernel routes equal to every
+// Node's pod CIDR (routes.Mirror): the one thing an agent needs all Nodes for.
+func (d agentDeps) mirrors() bool {
+	return d.kernel != nil && d.cfg.Routes.MirrorEnabled()
+}
+
 // startAgent runs the replica-local agent (BGP announcements, route mirror) on every
 // replica, leader or not, when the CloudConfig asks for any of it (else the agent
 // is nil). The returned channel closes when the agent has stopped and withdrawn its
@@ -176,7 +182,7 @@ func runAgent(ctx context.Context, client kubernetes.Interface, factory informer
 	if d.store != nil {
 		opts.Inventory = d.store
 	}
-	if d.kernel != nil && cfg.Routes.MirrorEnabled() {
+	if d.mirrors() {
 		opts.Mirror = routes.NewMirror(d.kernel, routes.MirrorOptions{NodeName: nodeName})
 		if r := cfg.Routes.ResyncInterval; r != nil {
 			opts.ResyncInterval = r.Duration

@@ -159,7 +159,7 @@ func runAgentMode(args []string, stderr io.Writer) int {
 		return fail(err)
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(informed, 0, informers.WithTransform(trim.Object))
-	if d.kernel == nil || !cfg.Routes.MirrorEnabled() {
+	if !d.mirrors() {
 		ownNodeOnly(factory, *nodeName)
 	}
 	nodes = factory.Core().V1().Nodes().Informer()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +46,17 @@ func TestOwnNodeOnly(t *testing.T) {
 	factory.WaitForCacheSync(ctx.Done())
 	if _, err := nodes.Lister().Get("self"); err != nil {
 		t.Fatalf("own Node not cached: %v", err)
+	}
+	// The reflector lists, then watches.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(selectors)
+		mu.Unlock()
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -18,8 +18,9 @@ import (
 )
 
 // pending is what changed since the last pass (guarded by Agent.mu). A pass that is
-// not full recomputes only the announcements of the Services named here and, when
-// nodes is set, the pod CIDRs and the mirror; a full pass recomputes everything (the
+// not full recomputes only the announcements of the Services named here, when
+// nodes is set the pod CIDRs, the mirror and the peers, and when peers is set the
+// peers; a full pass recomputes everything (the
 // first pass, every ResyncInterval, a drain's time running out, a node health
 // verdict, and any change to a Node the Services' next hops depend on).
 type pending struct {

@@ -67,13 +67,16 @@ type Options struct {
 	Sessions v1alpha1listers.BGPSessionStateLister
 	// Interval between full passes. Default 5s.
 	Interval time.Duration
-	// WriteQPS and WriteBurst bound the condition writes. Default: a quarter of
+	// WriteQPS and WriteBurst bound the condition writes: a pass writes at most
+	// WriteBurst, plus what WriteQPS refills while it writes. Default: a quarter of
 	// ClientQPS and ClientBurst (the process's --kube-api-qps and --kube-api-burst),
-	// at least 20 and 50: the conditions of a burst of Services follow soon after
-	// their announcements without taking most of the client's budget.
+	// at least 20 and 50, so the conditions of a burst of Services follow soon after
+	// their announcements without taking most of the client's budget; a client
+	// without a limit (negative ClientQPS) leaves the writes unlimited too.
 	WriteQPS   float32
 	WriteBurst int
-	// ClientQPS and ClientBurst are the API client's own limits (0: unknown).
+	// ClientQPS and ClientBurst are the API client's own limits (0: unknown;
+	// ClientQPS < 0: none, as in rest.Config).
 	ClientQPS   float32
 	ClientBurst int
 	// Clock is time.Now unless a test sets it.
@@ -108,7 +111,9 @@ func New(o Options) (*Controller, error) {
 	if o.Interval <= 0 {
 		o.Interval = 5 * time.Second
 	}
+	unlimited := false
 	if o.WriteQPS <= 0 {
+		unlimited = o.ClientQPS < 0 // the client has no limit: neither have they
 		o.WriteQPS = max(minWriteQPS, o.ClientQPS/4)
 	}
 	if o.WriteBurst <= 0 {
@@ -119,6 +124,9 @@ func New(o Options) (*Controller, error) {
 	}
 	c := &Controller{o: o, kick: make(chan struct{}, 1), written: map[string]metav1.Condition{},
 		limiter: flowcontrol.NewTokenBucketRateLimiter(o.WriteQPS, o.WriteBurst)}
+	if unlimited {
+		c.limiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	}
 	svc := o.Informers.Core().V1().Services()
 	nd := o.Informers.Core().V1().Nodes()
 	sl := o.Informers.Discovery().V1().EndpointSlices()

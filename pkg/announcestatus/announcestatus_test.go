@@ -263,4 +263,14 @@ func TestWriteLimits(t *testing.T) {
 			t.Errorf("client burst %d: condition burst %d, want %d", tc.burst, c.o.WriteBurst, want)
 		}
 	}
+	// rest.Config's QPS < 0: the client is not rate-limited, nor are the conditions.
+	c, err := New(Options{Client: client, Informers: f, Config: bgpConfig(""), ClientQPS: -1, ClientBurst: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		if !c.limiter.TryAccept() {
+			t.Fatalf("unlimited client: condition write %d refused", i)
+		}
+	}
 }

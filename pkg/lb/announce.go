@@ -60,7 +60,8 @@ type State struct {
 	EndpointSlices func(namespace, name string) []*discoveryv1.EndpointSlice
 	// Node returns a Node by name.
 	Node func(name string) (*v1.Node, bool)
-	// Nodes are all Nodes (for next-hop mode nodes).
+	// Nodes are all Nodes (for next-hop mode nodes); with SelfOnly, Self's is enough
+	// (an agent caches only its own).
 	Nodes []*v1.Node
 	// Pool returns the pool an IP belongs to. When set, an IP in no pool (its pool
 	// was removed or shrunk) is not announced.
