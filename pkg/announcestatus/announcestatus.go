@@ -100,7 +100,10 @@ type Controller struct {
 	limiter  flowcontrol.RateLimiter
 
 	mu      sync.Mutex
-	written map[string]metav1.Condition // what this term wrote (the cache may lag)
+	written map[string]metav1.Condition // what this term wrote and the cache does not show yet
+	// writtenPeak is the most entries written held since it was made: a map keeps
+	// its buckets when emptied, so after a burst an empty one is made anew.
+	writtenPeak int
 }
 
 // New registers the controller's informers (all shared with the agent).
@@ -165,9 +168,15 @@ func (c *Controller) pass(ctx context.Context) {
 	if c.o.Sessions != nil {
 		sessions, _ = c.o.Sessions.List(labels.Everything())
 	}
+	c.mu.Lock()
+	lagging := len(c.written) > 0 // some write not seen in the cache yet
+	c.mu.Unlock()
 	c.each(svcs, nodes, sessions, func(svc *v1.Service, cond metav1.Condition) {
 		cur := meta.FindStatusCondition(svc.Status.Conditions, lb.ConditionAnnounced)
 		if same(cur, cond) {
+			if lagging {
+				c.forget(svc.Namespace + "/" + svc.Name) // the cache shows it now
+			}
 			return
 		}
 		k := svc.Namespace + "/" + svc.Name
@@ -186,8 +195,20 @@ func (c *Controller) pass(ctx context.Context) {
 		}
 		c.mu.Lock()
 		c.written[k] = cond
+		c.writtenPeak = max(c.writtenPeak, len(c.written))
 		c.mu.Unlock()
 	})
+}
+
+// forget drops what was written for key once the cache shows it (10,000 Services'
+// conditions would otherwise be held twice for the term).
+func (c *Controller) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.written, key)
+	if len(c.written) == 0 && c.writtenPeak > 1024 {
+		c.written, c.writtenPeak = map[string]metav1.Condition{}, 0
+	}
 }
 
 func same(a *metav1.Condition, b metav1.Condition) bool {

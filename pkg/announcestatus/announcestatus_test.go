@@ -199,6 +199,29 @@ func TestPassWritesChanges(t *testing.T) {
 	if patches != 1 {
 		t.Errorf("%d patches for one change, want 1", patches)
 	}
+	// Once the cache shows the condition, the controller no longer holds its own copy.
+	waitFor := func(cond func() bool) bool {
+		for range 500 {
+			if cond() {
+				return true
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return false
+	}
+	if !waitFor(func() bool {
+		s, _ := c.services.Services("ns").Get("web")
+		return s != nil && meta.FindStatusCondition(s.Status.Conditions, lb.ConditionAnnounced) != nil
+	}) {
+		t.Fatal("the cache never showed the written condition")
+	}
+	c.pass(ctx)
+	c.mu.Lock()
+	held := len(c.written)
+	c.mu.Unlock()
+	if held != 0 {
+		t.Errorf("%d written conditions held after the cache showed them, want 0", held)
+	}
 	s, err := client.CoreV1().Services("ns").Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

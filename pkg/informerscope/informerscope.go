@@ -67,7 +67,7 @@ type Scope struct {
 	root *Scope // itself for a root
 
 	mu     sync.Mutex
-	wraps  map[cache.SharedIndexInformer]*informer // by the parent's informer
+	wraps  map[any]*informer // by the parent's informer (wrapKey)
 	regs   map[cache.ResourceEventHandlerRegistration]*informer
 	closed bool
 	stop   <-chan struct{} // root: the channel the informers run until (the first Start's)
@@ -86,7 +86,7 @@ func New(f informers.SharedInformerFactory) *Scope {
 
 func newScope(parent informers.SharedInformerFactory) *Scope {
 	return &Scope{SharedInformerFactory: parent,
-		wraps: map[cache.SharedIndexInformer]*informer{}, regs: map[cache.ResourceEventHandlerRegistration]*informer{}}
+		wraps: map[any]*informer{}, regs: map[cache.ResourceEventHandlerRegistration]*informer{}}
 }
 
 // Child returns a Scope for one leadership term over s's informers.
@@ -197,14 +197,27 @@ func resourceOf(obj runtime.Object) (schema.GroupVersionResource, bool) {
 }
 
 func (s *Scope) wrap(inf cache.SharedIndexInformer) cache.SharedIndexInformer {
+	k := wrapKey(inf)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w, ok := s.wraps[inf]
+	w, ok := s.wraps[k]
 	if !ok {
 		w = &informer{SharedIndexInformer: inf, scope: s}
-		s.wraps[inf] = w
+		s.wraps[k] = w
 	}
 	return w
+}
+
+// wrapKey identifies the informer under inf: client-go's typed informers (Nodes()
+// and the rest, since v0.37) hand out a new wrapper at every Informer() and Lister()
+// call, all over one informer and its one indexer. Keyed by the wrapper, every
+// Lister() call (the upstream node controller makes one per Node sync) added an
+// entry for the process's life.
+func wrapKey(inf cache.SharedIndexInformer) any {
+	if idx := inf.GetIndexer(); idx != nil {
+		return idx
+	}
+	return inf
 }
 
 // add registers a handler through add and remembers it.

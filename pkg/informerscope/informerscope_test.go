@@ -173,3 +173,34 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not met")
 }
+
+// TestOneWrapperPerInformer: client-go's typed informers return a new wrapper at
+// every Informer() and Lister() call; the scopes keep one entry per informer however
+// often they are asked (the upstream node controller asks once per Node sync), and
+// give out the same wrapper, so a handler added through any of them is counted.
+func TestOneWrapperPerInformer(t *testing.T) {
+	_, root := started(t)
+	term := root.Child()
+	first := term.Core().V1().Nodes().Informer()
+	for range 100 {
+		_ = root.Core().V1().Nodes().Lister()
+		_ = term.Core().V1().Nodes().Lister()
+		if inf := term.Core().V1().Nodes().Informer(); inf.GetIndexer() != first.GetIndexer() {
+			t.Fatal("a second indexer for Nodes")
+		}
+	}
+	for name, s := range map[string]*Scope{"root": root, "term": term} {
+		s.mu.Lock()
+		n := len(s.wraps)
+		s.mu.Unlock()
+		if n != 1 {
+			t.Errorf("%s scope: %d wrappers after 100 calls for one informer, want 1", name, n)
+		}
+	}
+	if _, err := term.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{}); err != nil {
+		t.Fatal(err)
+	}
+	if root.Handlers() != 1 || term.Handlers() != 1 {
+		t.Errorf("handlers: root %d, term %d; want 1 and 1", root.Handlers(), term.Handlers())
+	}
+}
