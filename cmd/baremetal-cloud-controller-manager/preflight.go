@@ -38,7 +38,7 @@ func newPreflight(c *config.CompletedConfig, withLB, withBGP, outOfService bool,
 			preflight.Permission{Verb: "get", Resource: "configmaps", Namespace: ns, Name: lb.PoolsConfigMap, For: pools},
 			preflight.Permission{Verb: "update", Resource: "configmaps", Namespace: ns, Name: lb.PoolsConfigMap, For: pools})
 		if genericcontrollermanager.IsControllerEnabled(names.ServiceLBController, app.ControllersDisabledByDefault, c.ComponentConfig.Generic.Controllers) {
-			for _, verb := range []string{"list", "create", "delete"} {
+			for _, verb := range []string{"list", "create", "update", "delete"} {
 				perms = append(perms, preflight.Permission{Verb: verb, Group: "networking.k8s.io", Resource: "ipaddresses", For: "the load balancer's address claims"})
 			}
 		}

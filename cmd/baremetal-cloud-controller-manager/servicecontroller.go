@@ -22,13 +22,17 @@ import (
 
 // controllerConstructors are the upstream controllers with the service controller
 // (service-lb-controller) replaced by ours (pkg/lb/controller: no per-Service node
-// lists, one write per new Service). Name, client identity and the
-// --concurrent-service-syncs flag stay the upstream ones.
+// lists, one write per new Service), and the cloud-node-lifecycle-controller given a
+// lister of only the Nodes it acts on (startNodeLifecycleController). Names, client
+// identities and flags stay the upstream ones.
 func controllerConstructors() map[string]app.ControllerInitFuncConstructor {
 	m := maps.Clone(app.DefaultInitFuncConstructors)
 	svc := m[names.ServiceLBController]
 	svc.Constructor = startServiceController
 	m[names.ServiceLBController] = svc
+	life := m[names.CloudNodeLifecycleController]
+	life.Constructor = startNodeLifecycleController
+	m[names.CloudNodeLifecycleController] = life
 	return m
 }
 

@@ -87,9 +87,6 @@ func internService(s *v1.Service) {
 	for i := range sp.IPFamilies {
 		internPtr(&sp.IPFamilies[i])
 	}
-	if len(sp.ClusterIPs) > 0 && sp.ClusterIPs[0] == sp.ClusterIP {
-		sp.ClusterIPs[0] = sp.ClusterIP // the same address: one copy
-	}
 	for i := range sp.Ports {
 		p := &sp.Ports[i]
 		p.Name = intern(p.Name)

@@ -307,7 +307,10 @@ func (c *Controller) each(svcs []*v1.Service, nodes []*v1.Node, sessions []*v1al
 			}
 		}
 	}
-	var shared *metav1.Condition
+	// The shared condition, by value: a pointer to the loop's condition would move
+	// every Service's condition to the heap (10,000 allocations a pass).
+	var shared metav1.Condition
+	haveShared := false
 	for _, svc := range svcs {
 		if !lb.Owned(svc) || svc.DeletionTimestamp != nil {
 			continue
@@ -330,13 +333,13 @@ func (c *Controller) each(svcs []*v1.Service, nodes []*v1.Node, sessions []*v1al
 				break
 			}
 			plain := hops == nil && svc.Spec.ExternalTrafficPolicy != v1.ServiceExternalTrafficPolicyLocal
-			if plain && shared != nil {
-				cond = *shared
+			if plain && haveShared {
+				cond = shared
 				break
 			}
 			cond = c.bgpCondition(svc, ips, replicas, agents, byName, hops, draining, nodeOf, slicesOf)
 			if plain {
-				shared = &cond
+				shared, haveShared = cond, true
 			}
 		}
 		fn(svc, cond)

@@ -180,6 +180,20 @@ func (c IPAddressClaims) Claim(ctx context.Context, ip netip.Addr, h Holder) err
 				return fmt.Errorf("replacing the stale claim of %s: %w", ip, err)
 			}
 			continue
+		case cur.Holder.SharingKey == "" && h.SharingKey != "" && h.UID != "" && cur.Holder == Holder{Namespace: h.Namespace, Name: h.Name, UID: h.UID}:
+			// The Service that holds the address alone now allows sharing it: the
+			// claim becomes its sharing key's. Nobody else can hold an address
+			// claimed for one Service, so nothing is given twice. (The other way,
+			// a key dropped, stays refused: others may share the address under
+			// it, which a stale view would not show.)
+			o.Annotations[ClaimSharingKeyAnnotation] = h.SharingKey
+			_, err := api.Update(ctx, o, metav1.UpdateOptions{}) // at o's resourceVersion
+			if err == nil {
+				return nil
+			}
+			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("sharing the claim of %s under key %q: %w", ip, h.SharingKey, err)
+			}
 		default:
 			return fmt.Errorf("%w: %s is claimed by %s", ErrClaimed, ip, cur.Holder)
 		}

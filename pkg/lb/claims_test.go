@@ -417,3 +417,48 @@ func TestKnownHeldByIndex(t *testing.T) {
 		t.Errorf("index left over: %v", l.knownByName)
 	}
 }
+
+// A Service that holds its address alone and then allows sharing keeps the address
+// (its claim becomes the sharing key's) and another Service with the key shares it;
+// before, its own claim refused it and it ended in IPConflict. Another Service of
+// the same name (another UID) or a key dropped from a shared claim stay refused.
+func TestClaimFollowsAnAddedSharingKey(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	late := withUID(svc("late", "192.0.2.1"), "uid-late")
+	late.Annotations = map[string]string{ipam.AnnotationLoadBalancerIPs: "192.0.2.1"}
+	b := newClaimLB(t, client, late)
+	if got, err := ensureIPs(t, b, late); err != nil || !slices.Equal(got, []string{"192.0.2.1"}) {
+		t.Fatalf("late alone: %v %v", got, err)
+	}
+	late = late.DeepCopy()
+	late.Annotations[ipam.AnnotationAllowSharedIP] = "t"
+	if got, err := ensureIPs(t, b, late); err != nil || !slices.Equal(got, []string{"192.0.2.1"}) {
+		t.Fatalf("late with a sharing key: %v %v, want to keep its address", got, err)
+	}
+	ip := netip.MustParseAddr("192.0.2.1")
+	if c := claimsIn(t, client)[ip]; c.Holder != (Holder{Namespace: "default", Name: "late", UID: "uid-late", SharingKey: "t"}) {
+		t.Errorf("claim holder %+v, want late's with sharing key t", c.Holder)
+	}
+	other := withUID(svc("other"), "uid-other")
+	other.Annotations = map[string]string{ipam.AnnotationLoadBalancerIPs: "192.0.2.1", ipam.AnnotationAllowSharedIP: "t"}
+	other.Spec.Ports[0].Port = 443
+	if err := b.idx.Add(other); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ensureIPs(t, b, other); err != nil || !slices.Equal(got, []string{"192.0.2.1"}) {
+		t.Fatalf("other with the key: %v %v, want the shared address", got, err)
+	}
+
+	claims := IPAddressClaims{Client: client}
+	alone := netip.MustParseAddr("192.0.2.2")
+	if err := claims.Claim(ctx, alone, Holder{Namespace: "default", Name: "web", UID: "uid-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := claims.Claim(ctx, alone, Holder{Namespace: "default", Name: "web", UID: "uid-2", SharingKey: "k"}); !errors.Is(err, ErrClaimed) {
+		t.Errorf("another Service of the name asking with a key: %v, want ErrClaimed", err)
+	}
+	if err := claims.Claim(ctx, ip, Holder{Namespace: "default", Name: "late", UID: "uid-late"}); !errors.Is(err, ErrClaimed) {
+		t.Errorf("late dropping its key from the shared claim: %v, want ErrClaimed", err)
+	}
+}

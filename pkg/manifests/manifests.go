@@ -207,7 +207,7 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpadvertisements"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"baremetal-ccm.io"}, Resources: []string{"bgpadvertisements/status"}, Verbs: []string{"update"}},
 		// Address claims (pkg/lb: one IPAddress per load-balancer address).
-		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"get", "list", "create", "delete"}},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ipaddresses"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
 		// The out-of-service taint comes off only once the powered-off Node holds no pod
 		// and no volume attachment (pkg/powermon).
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},

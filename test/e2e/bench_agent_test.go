@@ -12,7 +12,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -21,7 +20,6 @@ import (
 	"github.com/baremetal-ccm/baremetal-ccm/internal/gctune"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/hostinfo"
-	"github.com/baremetal-ccm/baremetal-ccm/pkg/lb"
 	"github.com/baremetal-ccm/baremetal-ccm/test/bird"
 	"github.com/baremetal-ccm/baremetal-ccm/test/e2e/framework"
 )
@@ -146,20 +144,7 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		// The burst's tail: the leader writes every Service's Announced condition
 		// (each a Service update every agent decodes), and the agent gives its free
 		// heap back once quiet. The idle minute starts after both.
-		if err := framework.WaitForInterval(ctx, 15*time.Minute, 2*time.Second, "every Service's Announced condition", func(ctx context.Context) (bool, error) {
-			l, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, err
-			}
-			for i := range l.Items {
-				if meta.FindStatusCondition(l.Items[i].Status.Conditions, lb.ConditionAnnounced) == nil {
-					return false, nil
-				}
-			}
-			return len(l.Items) == memBenchServices, nil
-		}); err != nil {
-			b.Fatal(err)
-		}
+		waitAnnouncedConditions(ctx, b, client, ns, memBenchServices)
 		conditions := time.Since(start)
 		time.Sleep(gctune.ReleaseInterval + 5*time.Second)
 		cpuTail, _ := framework.ProcCPUTime(agent.PID())

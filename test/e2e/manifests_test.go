@@ -80,7 +80,8 @@ func TestPackagedRBACBounds(t *testing.T) {
 		{"discovery.k8s.io", "endpointslices", "", "watch", "default", true, ""},
 		{"networking.k8s.io", "ipaddresses", "", "create", "", true, ""},
 		{"networking.k8s.io", "ipaddresses", "", "delete", "", true, ""},
-		{"networking.k8s.io", "ipaddresses", "", "update", "", false, ""},
+		{"networking.k8s.io", "ipaddresses", "", "update", "", true, ""}, // a claim given a sharing key
+		{"networking.k8s.io", "ipaddresses", "", "patch", "", false, ""},
 		{"networking.k8s.io", "servicecidrs", "", "list", "", false, ""},
 		{"", "configmaps", "", "get", "kube-system", false, ""},
 		{"", "secrets", "", "get", "kube-system", false, ""},
