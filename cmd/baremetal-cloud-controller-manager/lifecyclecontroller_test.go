@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/cloud-provider/app"
 	"k8s.io/cloud-provider/controllers/nodelifecycle"
@@ -110,7 +111,16 @@ func TestLifecycleControllerSeesOnlyNodesItActsOn(t *testing.T) {
 		if a.GetVerb() != "get" && a.GetVerb() != "patch" && a.GetVerb() != "update" {
 			continue
 		}
-		if name := a.(interface{ GetName() string }).GetName(); name == "ready" || name == "ready-then-false" {
+		var name string
+		switch a := a.(type) {
+		case interface{ GetName() string }: // get, patch
+			name = a.GetName()
+		case k8stesting.UpdateAction:
+			if n, ok := a.GetObject().(*v1.Node); ok {
+				name = n.Name
+			}
+		}
+		if name == "ready" || name == "ready-then-false" {
 			t.Errorf("the monitor pass touched %s (%s), a Ready Node without the taint", name, a.GetVerb())
 		}
 	}

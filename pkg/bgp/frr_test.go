@@ -258,6 +258,12 @@ func TestFRRBFDDownHoldsSession(t *testing.T) {
 		}
 		return false, err
 	})
+	// FRR may log the Cease a few milliseconds before GoBGP's state leaves
+	// established: wait for the speaker to report the session held down first.
+	waitFRR(t, "the speaker to report the session held down", func(context.Context) (bool, error) {
+		ps := sp.Peers()
+		return len(ps) == 1 && ps[0].State != "established" && ps[0].BFDHeld, nil
+	})
 	// Held: 5 s without a session, polled.
 	held := time.Now()
 	for time.Since(held) < 5*time.Second {
