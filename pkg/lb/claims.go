@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -181,65 +180,26 @@ func (c IPAddressClaims) Claim(ctx context.Context, ip netip.Addr, h Holder) err
 				return fmt.Errorf("replacing the stale claim of %s: %w", ip, err)
 			}
 			continue
-		case cur.Holder.SharingKey != h.SharingKey && h.UID != "" && cur.Holder.Namespace == h.Namespace && cur.Holder.Name == h.Name && cur.Holder.UID == h.UID:
-			// The Service the claim names changed its sharing key. Given one, the
-			// claim becomes the key's: nobody else can hold an address claimed for
-			// one Service. Dropping it (or changing it), the address stays the
-			// Service's only if no other Service shows it, read from the API
-			// server, not a cache that may lag behind another leader's writes.
-			if cur.Holder.SharingKey != "" {
-				other, err := c.otherHolder(ctx, ip, h)
-				if err != nil {
-					return err
-				}
-				if other != "" {
-					return fmt.Errorf("%w: %s is shared under key %q, and Service %s shows it too: put the key back, or give one of them another address", ErrClaimed, ip, cur.Holder.SharingKey, other)
-				}
-			}
-			if h.SharingKey == "" {
-				delete(o.Annotations, ClaimSharingKeyAnnotation)
-			} else {
-				o.Annotations[ClaimSharingKeyAnnotation] = h.SharingKey
-			}
+		case cur.Holder.SharingKey == "" && h.SharingKey != "" && h.UID != "" && cur.Holder == Holder{Namespace: h.Namespace, Name: h.Name, UID: h.UID}:
+			// The Service that holds the address alone now allows sharing it: the
+			// claim becomes its sharing key's. Nobody else can hold an address
+			// claimed for one Service, so nothing is given twice. The other way (a
+			// key dropped or changed) stays refused: a joiner of the shared address
+			// only reads the claim, so no precondition here could see one whose
+			// status is still being written.
+			o.Annotations[ClaimSharingKeyAnnotation] = h.SharingKey
 			_, err := api.Update(ctx, o, metav1.UpdateOptions{}) // at o's resourceVersion
 			if err == nil {
 				return nil
 			}
 			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("moving the claim of %s to sharing key %q: %w", ip, h.SharingKey, err)
+				return fmt.Errorf("sharing the claim of %s under key %q: %w", ip, h.SharingKey, err)
 			}
 		default:
 			return fmt.Errorf("%w: %s is claimed by %s", ErrClaimed, ip, cur.Holder)
 		}
 	}
 	return fmt.Errorf("claiming %s for %s: the claim kept changing", ip, h)
-}
-
-// otherHolder returns the namespace/name of a Service other than h's whose status
-// shows ip ("" if none), from a consistent list of every Service (pages of 500):
-// the evidence a shared address has no other holder left. Only a Service dropping
-// its sharing key pays for it.
-func (c IPAddressClaims) otherHolder(ctx context.Context, ip netip.Addr, h Holder) (string, error) {
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		list, err := c.Client.CoreV1().Services("").List(ctx, opts)
-		if err != nil {
-			return "", fmt.Errorf("listing Services to see whether %s is still shared: %w", ip, err)
-		}
-		for i := range list.Items {
-			s := &list.Items[i]
-			if s.Namespace == h.Namespace && s.Name == h.Name {
-				continue
-			}
-			if slices.Contains(IngressIPs(s), ip) {
-				return s.Namespace + "/" + s.Name, nil
-			}
-		}
-		if list.Continue == "" {
-			return "", nil
-		}
-		opts.Continue = list.Continue
-	}
 }
 
 // Release implements Claimer.

@@ -420,11 +420,10 @@ func TestKnownHeldByIndex(t *testing.T) {
 
 // A Service that holds its address alone and then allows sharing keeps the address
 // (its claim becomes the sharing key's) and another Service with the key shares it;
-// before, its own claim refused it and it ended in IPConflict. Dropping the key
-// again is refused while another Service shows the address (read from the API
-// server) and takes the claim back once none does. Another Service of the same name
-// (another UID) is refused.
-func TestClaimFollowsTheSharingKey(t *testing.T) {
+// before, its own claim refused it and it ended in IPConflict. Dropping the key from
+// the shared claim, or another Service of the same name (another UID) asking, stay
+// refused.
+func TestClaimFollowsAnAddedSharingKey(t *testing.T) {
 	client := fake.NewClientset()
 	ctx := context.Background()
 	late := withUID(svc("late", "192.0.2.1"), "uid-late")
@@ -442,7 +441,7 @@ func TestClaimFollowsTheSharingKey(t *testing.T) {
 	if c := claimsIn(t, client)[ip]; c.Holder != (Holder{Namespace: "default", Name: "late", UID: "uid-late", SharingKey: "t"}) {
 		t.Errorf("claim holder %+v, want late's with sharing key t", c.Holder)
 	}
-	other := withUID(svc("other", "192.0.2.1"), "uid-other")
+	other := withUID(svc("other"), "uid-other")
 	other.Annotations = map[string]string{ipam.AnnotationLoadBalancerIPs: "192.0.2.1", ipam.AnnotationAllowSharedIP: "t"}
 	other.Spec.Ports[0].Port = 443
 	if err := b.idx.Add(other); err != nil {
@@ -451,25 +450,19 @@ func TestClaimFollowsTheSharingKey(t *testing.T) {
 	if got, err := ensureIPs(t, b, other); err != nil || !slices.Equal(got, []string{"192.0.2.1"}) {
 		t.Fatalf("other with the key: %v %v, want the shared address", got, err)
 	}
-	if _, err := client.CoreV1().Services("default").Create(ctx, other, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 
 	claims := IPAddressClaims{Client: client}
-	alone := Holder{Namespace: "default", Name: "late", UID: "uid-late"}
-	if err := claims.Claim(ctx, ip, alone); !errors.Is(err, ErrClaimed) {
-		t.Errorf("late dropping its key while other shows the address: %v, want ErrClaimed", err)
+	if err := claims.Claim(ctx, ip, Holder{Namespace: "default", Name: "late", UID: "uid-late"}); !errors.Is(err, ErrClaimed) {
+		t.Errorf("late dropping its key from the shared claim: %v, want ErrClaimed", err)
 	}
-	if err := client.CoreV1().Services("default").Delete(ctx, "other", metav1.DeleteOptions{}); err != nil {
+	if c := claimsIn(t, client)[ip]; c.Holder.SharingKey != "t" {
+		t.Errorf("a refused drop changed the claim: %+v", c.Holder)
+	}
+	alone := netip.MustParseAddr("192.0.2.2")
+	if err := claims.Claim(ctx, alone, Holder{Namespace: "default", Name: "web", UID: "uid-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := claims.Claim(ctx, ip, alone); err != nil {
-		t.Errorf("late dropping its key, nobody else showing the address: %v", err)
-	}
-	if c := claimsIn(t, client)[ip]; c.Holder != alone {
-		t.Errorf("claim holder %+v, want late's alone", c.Holder)
-	}
-	if err := claims.Claim(ctx, ip, Holder{Namespace: "default", Name: "late", UID: "uid-2", SharingKey: "k"}); !errors.Is(err, ErrClaimed) {
+	if err := claims.Claim(ctx, alone, Holder{Namespace: "default", Name: "web", UID: "uid-2", SharingKey: "k"}); !errors.Is(err, ErrClaimed) {
 		t.Errorf("another Service of the name asking with a key: %v, want ErrClaimed", err)
 	}
 }
