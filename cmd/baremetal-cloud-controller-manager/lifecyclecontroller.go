@@ -17,6 +17,8 @@ import (
 	genericcontrollermanager "k8s.io/controller-manager/app"
 	"k8s.io/controller-manager/controller"
 	"k8s.io/klog/v2"
+
+	"github.com/baremetal-ccm/baremetal-ccm/internal/cachelist"
 )
 
 // startNodeLifecycleController starts the upstream cloud-node-lifecycle-controller,
@@ -51,7 +53,7 @@ type attentionNodeInformer struct {
 }
 
 func (i attentionNodeInformer) Lister() corev1listers.NodeLister {
-	return attentionNodeLister{i.NodeInformer.Lister()}
+	return attentionNodeLister{cachelist.NodeLister(i.Informer().GetIndexer())}
 }
 
 type attentionNodeLister struct {

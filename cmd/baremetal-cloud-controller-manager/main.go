@@ -50,8 +50,9 @@ func main() {
 	}
 	gctune.Apply() // GOGC=50 unless the environment says otherwise (see internal/gctune)
 	if !gctune.Operator() {
-		// Free heap back to the OS after bursts, for the process's life.
-		go gctune.Release(context.Background())
+		// A lower GC percent and the free heap back to the OS while idle, for the
+		// process's life.
+		go gctune.Tune(context.Background())
 	}
 	if wantsVersion(os.Args[1:]) {
 		fmt.Println(version.String(program))

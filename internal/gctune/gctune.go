@@ -1,12 +1,14 @@
-// Package gctune sets this binary's garbage-collector default.
+// Package gctune sets this binary's garbage-collector default and adapts it to what
+// the process is doing.
 //
 // Go's default (GOGC=100) lets the heap grow to twice the live data before a
 // collection. The CCM's live data is mostly its informer caches, which are large and
-// stable, so that doubling is most of its memory: with 5000 Nodes and 10,000
-// Services about 65 MB live became over 200 MiB resident. GOGC=50 bounds the heap at
-// one and a half times the live data for a small CPU cost (collections of a mostly
-// unchanging heap are cheap), and Release gives the free part back to the OS once a
-// burst is over. An operator's GOGC or GOMEMLIMIT always wins (and turns both off).
+// stable, so that growth is most of its memory: with 5000 Nodes and 10,000 Services
+// about 60 MB live became over 200 MiB resident. GOGC=50 bounds the heap at one and
+// a half times the live data through bursts, for a small CPU cost (collections of a
+// mostly unchanging heap are cheap), and Tune lowers it further while the process is
+// idle, returning the free heap to the OS as it does. An operator's GOGC or
+// GOMEMLIMIT always wins (and turns both off).
 package gctune
 
 import (
@@ -24,7 +26,7 @@ func Apply() int {
 }
 
 // Operator reports whether the environment sets GOGC or GOMEMLIMIT: the operator
-// tunes the collector, and this package changes nothing (Release is not started).
+// tunes the collector, and this package changes nothing (Tune is not started).
 func Operator() bool {
 	return operator(os.LookupEnv)
 }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/internal/cachelist"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bfd"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/bgp"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
@@ -202,7 +203,7 @@ func New(o Options) (*Agent, error) {
 	svc := o.Informers.Core().V1().Services()
 	sl := o.Informers.Discovery().V1().EndpointSlices()
 	nd := o.Informers.Core().V1().Nodes()
-	a.services, a.nodes = svc.Lister(), nd.Lister()
+	a.services, a.nodes = cachelist.ServiceLister(svc.Informer().GetIndexer()), cachelist.NodeLister(nd.Informer().GetIndexer())
 	// EndpointSlices by Service: the announcements of Local Services look them up on
 	// every pass, which a label-selector list would make O(Services x slices).
 	if err := sl.Informer().AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {

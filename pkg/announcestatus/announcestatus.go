@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/internal/cachelist"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/apis/baremetalccm/v1alpha1"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/config"
 	v1alpha1listers "github.com/baremetal-ccm/baremetal-ccm/pkg/generated/listers/baremetalccm/v1alpha1"
@@ -133,7 +134,7 @@ func New(o Options) (*Controller, error) {
 	svc := o.Informers.Core().V1().Services()
 	nd := o.Informers.Core().V1().Nodes()
 	sl := o.Informers.Discovery().V1().EndpointSlices()
-	c.services, c.nodes, c.slices = svc.Lister(), nd.Lister(), sl.Lister()
+	c.services, c.nodes, c.slices = cachelist.ServiceLister(svc.Informer().GetIndexer()), cachelist.NodeLister(nd.Informer().GetIndexer()), sl.Lister()
 	c.synced = []cache.InformerSynced{svc.Informer().HasSynced, nd.Informer().HasSynced, sl.Informer().HasSynced}
 	return c, nil
 }

@@ -52,6 +52,7 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
+	"github.com/baremetal-ccm/baremetal-ccm/internal/cachelist"
 	"github.com/baremetal-ccm/baremetal-ccm/internal/eventrec"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/adverts"
 	"github.com/baremetal-ccm/baremetal-ccm/pkg/announcestatus"
@@ -418,7 +419,7 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	if t == nil || c.client == nil {
 		return // not initialized: no term, no API client
 	}
-	c.leadGuard(t, nodeHosts(nodes.Lister(), informer.HasSynced), informer.HasSynced)
+	c.leadGuard(t, nodeHosts(cachelist.NodeLister(informer.GetIndexer()), informer.HasSynced), informer.HasSynced)
 	if c.cfg.BGP != nil && (c.cfg.LoadBalancer == nil || c.cfg.LoadBalancer.Announcer != config.AnnouncerMetalLB) {
 		// Agents on worker hosts read their rack peers and router ID from their Node.
 		pub, err := hostinfo.NewPublisher(hostinfo.PublisherOptions{
@@ -468,7 +469,7 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	mon := powermon.New(powermon.Config{
 		ReadyInterval: b.ReadyInterval.Duration, NotReadyInterval: b.NotReadyInterval.Duration, Tick: time.Second,
 		OutOfServiceAfter: durationOf(c.cfg.Instances.OutOfServiceAfter), DefaultCA: c.cfg.BMC.CAFile,
-	}, c.store, c.power, nodes.Lister(), c.client, func(n *v1.Node, typ, reason, format string, args ...any) {
+	}, c.store, c.power, cachelist.NodeLister(informer.GetIndexer()), c.client, func(n *v1.Node, typ, reason, format string, args ...any) {
 		c.recorder.Eventf(n, typ, reason, format, args...)
 	}, nil)
 	t.goRun("powermon", func(ctx context.Context) {

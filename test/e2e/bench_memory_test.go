@@ -117,6 +117,10 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// What the idle minute costs: CPU time and collections (gctune's idle mode
+		// collects more often to hold less).
+		cpuIdle0, _ := framework.ProcCPUTime(ccm.PID())
+		gcs0 := ccmGCs(ctx, ccm)
 		if dir := os.Getenv("BAREMETAL_CCM_BENCH_PROFILES"); dir != "" {
 			// What the idle minute allocates: go tool pprof -sample_index=alloc_space
 			// -base this the last one. No forced collection: it would change what the
@@ -130,6 +134,9 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		cpuIdle1, _ := framework.ProcCPUTime(ccm.PID())
+		b.ReportMetric((cpuIdle1 - cpuIdle0).Seconds(), "cpu-idle-minute-s")
+		b.ReportMetric(ccmGCs(ctx, ccm)-gcs0, "gcs-idle-minute")
 		b.ReportMetric(mib(rss5), "rss-after-5s-MiB")
 		if anon, file, err := framework.ProcRSSParts(ccm.PID()); err == nil {
 			b.ReportMetric(mib(anon), "rss-anon-MiB")
@@ -250,6 +257,15 @@ func saveHeapProfile(ctx context.Context, b *testing.B, ccm *framework.CCM, path
 }
 
 // metricValue returns the value of an unlabelled metric in Prometheus text, or 0.
+// ccmGCs is how many collections the CCM's runtime has completed (its metrics).
+func ccmGCs(ctx context.Context, ccm *framework.CCM) float64 {
+	m, err := ccm.Metrics(ctx)
+	if err != nil {
+		return 0
+	}
+	return metricValue(m, "go_gc_duration_seconds_count")
+}
+
 func metricValue(text, name string) float64 {
 	for _, line := range strings.Split(text, "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {

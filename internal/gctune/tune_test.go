@@ -1,0 +1,185 @@
+package gctune
+
+import (
+	"context"
+	"runtime"
+	"runtime/debug"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const mib = 1 << 20
+
+func TestIdlePercent(t *testing.T) {
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{0, DefaultGCPercent},
+		{4 * mib, DefaultGCPercent}, // 4 MiB of headroom is 100%
+		{8 * mib, DefaultGCPercent}, // exactly 50%
+		{16 * mib, 25},
+		{32 * mib, 13}, // 12.5%, rounded up
+		{60 * mib, IdleGCPercent},
+		{500 * mib, IdleGCPercent},
+	} {
+		if got := idlePercent(c.live); got != c.want {
+			t.Errorf("idlePercent(%d MiB) = %d, want %d", c.live/mib, got, c.want)
+		}
+	}
+}
+
+// TestTunerModes walks the tuner through a start, a burst, the quiet after it, the
+// small allocations of an idle minute and the next burst.
+func TestTunerModes(t *testing.T) {
+	live := uint64(100 * mib)
+	steps := []struct {
+		name        string
+		alloc, free uint64 // allocated since the last sample; free heap
+		percent     int
+		release     bool
+	}{
+		{"start", 0, 10 * mib, DefaultGCPercent, false},
+		{"burst", 500 * mib, 40 * mib, DefaultGCPercent, false},
+		{"burst", 400 * mib, 40 * mib, DefaultGCPercent, false},
+		{"quiet 5 s (the window still holds the burst)", 5 * mib, 40 * mib, DefaultGCPercent, false},
+		{"quiet 10 s", 5 * mib, 40 * mib, DefaultGCPercent, false},
+		{"quiet 15 s: idle, free returned", 5 * mib, 40 * mib, IdleGCPercent, true},
+		{"idle", 5 * mib, 4 * mib, IdleGCPercent, false},
+		{"idle: a full resync's 25 MB stays idle", 25 * mib, 5 * mib, IdleGCPercent, false},
+		{"idle: no second release", 1 * mib, 20 * mib, IdleGCPercent, false},
+		{"a burst as large as the live heap ends it", 100 * mib, 5 * mib, DefaultGCPercent, false},
+		{"quiet again, 5 s", 1 * mib, 30 * mib, DefaultGCPercent, false},
+		{"10 s", 1 * mib, 30 * mib, DefaultGCPercent, false},
+		{"15 s: the window is quiet", 1 * mib, 30 * mib, IdleGCPercent, true},
+	}
+	tu := newTuner()
+	var allocs uint64
+	for i, s := range steps {
+		allocs += s.alloc
+		percent, release := tu.next(heapStats{allocs: allocs, free: s.free, live: live})
+		if percent != s.percent || release != s.release {
+			t.Errorf("step %d (%s): percent %d, release %v; want %d, %v", i, s.name, percent, release, s.percent, s.release)
+		}
+	}
+}
+
+// TestTunerSmallProcess: a process whose live heap is small never leaves the busy
+// mode (the idle mode would allow as much growth), and an idle entry with little free
+// heap changes the percent without a forced collection.
+func TestTunerSmallProcess(t *testing.T) {
+	tu := newTuner()
+	for i := range 10 {
+		if p, r := tu.next(heapStats{allocs: uint64(i) * mib, free: 20 * mib, live: 6 * mib}); p != DefaultGCPercent || r {
+			t.Fatalf("sample %d: percent %d, release %v; want %d, false", i, p, r, DefaultGCPercent)
+		}
+	}
+	tu = newTuner()
+	for i := range quietSamples {
+		p, r := tu.next(heapStats{allocs: uint64(i) * mib, free: 2 * mib, live: 100 * mib})
+		want := DefaultGCPercent
+		if i == quietSamples-1 {
+			want = IdleGCPercent
+		}
+		if p != want || r {
+			t.Errorf("sample %d: percent %d, release %v; want %d, false", i, p, r, want)
+		}
+	}
+}
+
+// TestTuneLoop: the loop sets the percent only when it changes and releases once per
+// idle entry.
+func TestTuneLoop(t *testing.T) {
+	stats := []heapStats{
+		{allocs: 0, free: 40 * mib, live: 80 * mib},
+		{allocs: 1 * mib, free: 40 * mib, live: 80 * mib},
+		{allocs: 2 * mib, free: 40 * mib, live: 80 * mib},
+		{allocs: 3 * mib, free: 40 * mib, live: 80 * mib}, // idle: set 15, release
+		{allocs: 3 * mib, free: 0, live: 80 * mib},        // read after the release
+		{allocs: 4 * mib, free: 1 * mib, live: 80 * mib},
+		{allocs: 5 * mib, free: 1 * mib, live: 80 * mib},
+		{allocs: 200 * mib, free: 1 * mib, live: 80 * mib}, // busy: set 50
+		{allocs: 200 * mib, free: 1 * mib, live: 80 * mib},
+	}
+	var reads, released atomic.Int32
+	var set []int
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tune(ctx, time.Millisecond, func() heapStats {
+			i := int(reads.Add(1)) - 1
+			if i >= len(stats)-1 {
+				cancel()
+				return stats[len(stats)-1]
+			}
+			return stats[i]
+		}, func(p int) int { set = append(set, p); return 0 }, func() { released.Add(1) })
+	}()
+	<-done
+	if n := released.Load(); n != 1 {
+		t.Errorf("released %d times, want 1", n)
+	}
+	if len(set) != 2 || set[0] != IdleGCPercent || set[1] != DefaultGCPercent {
+		t.Errorf("percents set %v, want [%d %d]", set, IdleGCPercent, DefaultGCPercent)
+	}
+}
+
+// TestTuneReturnsMemory: with the runtime's real numbers, a process with a large live
+// heap that goes quiet after a burst switches to the idle percent, and whatever free
+// heap it still holds then is given back to the OS.
+func TestTuneReturnsMemory(t *testing.T) {
+	orig := debug.SetGCPercent(DefaultGCPercent)
+	defer debug.SetGCPercent(orig)
+	live := make([][]byte, 0, 100)
+	for range 100 { // 100 MiB live: the idle mode's own percent applies
+		live = append(live, make([]byte, mib))
+	}
+	garbage := make([][]byte, 0, 64)
+	for range 64 {
+		garbage = append(garbage, make([]byte, mib))
+	}
+	runtime.KeepAlive(garbage)
+	garbage = nil
+	runtime.GC()
+	var released atomic.Bool
+	var freeBefore, freeAfter atomic.Uint64
+	var percent atomic.Int32
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	read := func() heapStats {
+		s := readHeapStats()
+		if !released.Load() {
+			freeBefore.Store(s.free)
+		}
+		return s
+	}
+	go func() {
+		defer close(done)
+		tune(ctx, 20*time.Millisecond, read, func(p int) int {
+			percent.Store(int32(p))
+			if p == IdleGCPercent {
+				defer cancel() // after the release, when there is one
+			}
+			return debug.SetGCPercent(p)
+		}, func() {
+			released.Store(true)
+			freeOSMemory()
+			freeAfter.Store(readHeapStats().free)
+		})
+	}()
+	<-done
+	runtime.KeepAlive(live)
+	if p := int(percent.Load()); p != IdleGCPercent {
+		t.Fatalf("percent set %d, want the idle mode's %d", p, IdleGCPercent)
+	}
+	if now := debug.SetGCPercent(DefaultGCPercent); now != IdleGCPercent {
+		t.Errorf("runtime GC percent %d, want %d", now, IdleGCPercent)
+	}
+	if released.Load() && freeAfter.Load() >= freeBefore.Load()/2 {
+		t.Errorf("free heap %d bytes before the release, %d after: want it returned", freeBefore.Load(), freeAfter.Load())
+	}
+	t.Logf("released %v (free %d bytes before, %d after)", released.Load(), freeBefore.Load(), freeAfter.Load())
+}
