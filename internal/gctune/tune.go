@@ -28,6 +28,9 @@ const (
 	// releaseMin is the least free heap worth a forced collection to give back on
 	// entering the idle mode.
 	releaseMin = 4 << 20
+	// releaseBurst is the least allocation since the last release that makes the
+	// next entry into the idle mode release again (and at least twice the live heap).
+	releaseBurst = 64 << 20
 )
 
 // heapStats are the runtime's numbers the tuner decides on.
@@ -46,12 +49,17 @@ type heapStats struct {
 // the OS on entry. An idle CCM holds its informer caches and little else, so what it
 // allocates between collections is what it holds above its live data: the idle mode
 // trades a few more collections of a mostly unchanging heap (each a few tens of
-// milliseconds of CPU) for a quarter of its memory. One Interval that allocates as
-// much as the live heap (at least busyAllocMin) ends it at once.
+// milliseconds of CPU) for a quarter of its memory. It ends when the last QuietWindow
+// allocated as much as the live heap (twice the entry's threshold, so a steady rate
+// near it does not flip the mode), or at once when one Interval did (at least
+// busyAllocMin). The free heap is returned on an entry only after a burst since the
+// last return (releaseBurst), so a workload that turns busy and quiet every few
+// intervals does not force a collection each time.
 type tuner struct {
-	allocs  []uint64 // the cumulative allocation at the last samples, oldest first
-	idle    bool
-	percent int // in effect
+	allocs   []uint64 // the cumulative allocation at the last samples, oldest first
+	idle     bool
+	percent  int    // in effect
+	released uint64 // the cumulative allocation at the last release
 }
 
 func newTuner() *tuner { return &tuner{percent: DefaultGCPercent} }
@@ -68,15 +76,26 @@ func (t *tuner) next(s heapStats) (percent int, release bool) {
 	}
 	n := len(t.allocs)
 	switch {
-	case t.idle && n >= 2 && t.allocs[n-1]-t.allocs[n-2] >= max(s.live, busyAllocMin):
+	case t.idle && (n >= 2 && t.allocs[n-1]-t.allocs[n-2] >= max(s.live, busyAllocMin) ||
+		n == quietSamples && t.allocs[n-1]-t.allocs[0] >= max(s.live, busyAllocMin)):
 		t.idle, t.percent = false, DefaultGCPercent
 	case !t.idle && n == quietSamples && t.allocs[n-1]-t.allocs[0] < s.live/2 && idlePercent(s.live) < DefaultGCPercent:
-		// The percent stays for the idle period: the live heap moves by a few
-		// percent from one collection to the next.
+		// The percent stays for the idle period (releasedAt makes the one change):
+		// the live heap moves by a few percent from one collection to the next.
 		t.idle, t.percent = true, idlePercent(s.live)
-		release = s.free >= releaseMin
+		release = s.free >= releaseMin && s.allocs-t.released >= max(2*s.live, releaseBurst)
 	}
 	return t.percent, release
+}
+
+// releasedAt records a release and returns the idle percent for the live heap its
+// collection measured (the entry's sample may still count a burst's garbage).
+func (t *tuner) releasedAt(s heapStats) int {
+	t.released = s.allocs
+	if t.idle {
+		t.percent = idlePercent(s.live)
+	}
+	return t.percent
 }
 
 // idlePercent is the idle mode's GC percent for a live heap: IdleGCPercent, or more
@@ -121,6 +140,9 @@ func tune(ctx context.Context, interval time.Duration, read func() heapStats, se
 			free()
 			after := read()
 			logger.V(1).Info("Returned free heap memory to the OS", "freeBytesBefore", s.free, "freeBytesAfter", after.free, "liveBytes", after.live)
+			if p := t.releasedAt(after); p != percent {
+				setPercent(p)
+			}
 		}
 	}
 }

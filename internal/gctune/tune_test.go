@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,10 +50,15 @@ func TestTunerModes(t *testing.T) {
 		{"idle", 5 * mib, 4 * mib, IdleGCPercent, false},
 		{"idle: a full resync's 25 MB stays idle", 25 * mib, 5 * mib, IdleGCPercent, false},
 		{"idle: no second release", 1 * mib, 20 * mib, IdleGCPercent, false},
-		{"a burst as large as the live heap ends it", 100 * mib, 5 * mib, DefaultGCPercent, false},
+		{"a burst of twice the live heap ends it", 200 * mib, 5 * mib, DefaultGCPercent, false},
 		{"quiet again, 5 s", 1 * mib, 30 * mib, DefaultGCPercent, false},
 		{"10 s", 1 * mib, 30 * mib, DefaultGCPercent, false},
-		{"15 s: the window is quiet", 1 * mib, 30 * mib, IdleGCPercent, true},
+		{"15 s: the window is quiet, a burst since the release", 1 * mib, 30 * mib, IdleGCPercent, true},
+		{"idle", 1 * mib, 30 * mib, IdleGCPercent, false},
+		{"a smaller burst, as large as the live heap, ends it", 100 * mib, 5 * mib, DefaultGCPercent, false},
+		{"quiet 5 s", 1 * mib, 30 * mib, DefaultGCPercent, false},
+		{"10 s", 1 * mib, 30 * mib, DefaultGCPercent, false},
+		{"15 s: idle again, no release (no burst of twice the live heap since the last)", 1 * mib, 30 * mib, IdleGCPercent, false},
 	}
 	tu := newTuner()
 	var allocs uint64
@@ -61,6 +67,50 @@ func TestTunerModes(t *testing.T) {
 		percent, release := tu.next(heapStats{allocs: allocs, free: s.free, live: live})
 		if percent != s.percent || release != s.release {
 			t.Errorf("step %d (%s): percent %d, release %v; want %d, %v", i, s.name, percent, release, s.percent, s.release)
+		}
+		if release { // as Tune does
+			tu.releasedAt(heapStats{allocs: allocs, live: live})
+		}
+	}
+}
+
+// TestTunerSteadyLoadLeavesIdle: a steady rate that never allocates the live heap in
+// one interval, but twice the entry's threshold over the window, ends the idle mode
+// (it would otherwise collect the whole heap every few MB).
+func TestTunerSteadyLoadLeavesIdle(t *testing.T) {
+	live := uint64(60 * mib)
+	tu := newTuner()
+	var allocs uint64
+	step := func(alloc uint64) int {
+		allocs += alloc
+		p, _ := tu.next(heapStats{allocs: allocs, free: 20 * mib, live: live})
+		return p
+	}
+	step(0)
+	step(500 * mib)
+	for range quietSamples - 1 {
+		step(2 * mib)
+	}
+	if !tu.idle {
+		t.Fatal("quiet after a burst: not idle")
+	}
+	// 20 MB per 5 s: a third of the live heap per interval, 60 MB per window.
+	for i := range quietSamples {
+		if p := step(20 * mib); i == quietSamples-1 && (p != DefaultGCPercent || tu.idle) {
+			t.Errorf("20 MB per interval for %d intervals: percent %d, idle %v; want %d, busy", i+1, p, tu.idle, DefaultGCPercent)
+		}
+	}
+	// Just under the exit's rate (under the live heap per window) stays idle.
+	tu = newTuner()
+	allocs = 0
+	step(0)
+	step(500 * mib)
+	for range quietSamples - 1 {
+		step(2 * mib)
+	}
+	for range 3 * quietSamples {
+		if p := step(19 * mib); p == DefaultGCPercent {
+			t.Fatal("19 MB per interval (57 MB per window, under the live 60 MB) left the idle mode")
 		}
 	}
 }
@@ -93,14 +143,15 @@ func TestTunerSmallProcess(t *testing.T) {
 func TestTuneLoop(t *testing.T) {
 	stats := []heapStats{
 		{allocs: 0, free: 40 * mib, live: 80 * mib},
-		{allocs: 1 * mib, free: 40 * mib, live: 80 * mib},
-		{allocs: 2 * mib, free: 40 * mib, live: 80 * mib},
-		{allocs: 3 * mib, free: 40 * mib, live: 80 * mib}, // idle: set 15, release
-		{allocs: 3 * mib, free: 0, live: 80 * mib},        // read after the release
-		{allocs: 4 * mib, free: 1 * mib, live: 80 * mib},
-		{allocs: 5 * mib, free: 1 * mib, live: 80 * mib},
-		{allocs: 200 * mib, free: 1 * mib, live: 80 * mib}, // busy: set 50
-		{allocs: 200 * mib, free: 1 * mib, live: 80 * mib},
+		{allocs: 500 * mib, free: 40 * mib, live: 80 * mib}, // a burst
+		{allocs: 501 * mib, free: 40 * mib, live: 80 * mib},
+		{allocs: 502 * mib, free: 40 * mib, live: 80 * mib},
+		{allocs: 503 * mib, free: 40 * mib, live: 80 * mib}, // idle: set 10, release
+		{allocs: 503 * mib, free: 0, live: 30 * mib},        // read after the release: the burst's garbage is gone, set 14
+		{allocs: 504 * mib, free: 1 * mib, live: 30 * mib},
+		{allocs: 505 * mib, free: 1 * mib, live: 30 * mib},
+		{allocs: 700 * mib, free: 1 * mib, live: 30 * mib}, // busy: set 50
+		{allocs: 700 * mib, free: 1 * mib, live: 30 * mib},
 	}
 	var reads, released atomic.Int32
 	var set []int
@@ -121,8 +172,8 @@ func TestTuneLoop(t *testing.T) {
 	if n := released.Load(); n != 1 {
 		t.Errorf("released %d times, want 1", n)
 	}
-	if len(set) != 2 || set[0] != IdleGCPercent || set[1] != DefaultGCPercent {
-		t.Errorf("percents set %v, want [%d %d]", set, IdleGCPercent, DefaultGCPercent)
+	if want := []int{IdleGCPercent, 14, DefaultGCPercent}; !slices.Equal(set, want) {
+		t.Errorf("percents set %v, want %v", set, want)
 	}
 }
 
@@ -136,8 +187,8 @@ func TestTuneReturnsMemory(t *testing.T) {
 	for range 100 { // 100 MiB live: the idle mode's own percent applies
 		live = append(live, make([]byte, mib))
 	}
-	garbage := make([][]byte, 0, 64)
-	for range 64 {
+	garbage := make([][]byte, 0, 160)
+	for range 160 { // with the live heap, a burst of twice it: the entry releases
 		garbage = append(garbage, make([]byte, mib))
 	}
 	runtime.KeepAlive(garbage)
