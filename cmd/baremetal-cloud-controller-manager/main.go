@@ -52,7 +52,11 @@ func main() {
 	if !gctune.Operator() {
 		// A lower GC percent and the free heap back to the OS while idle, for the
 		// process's life.
-		go gctune.Tune(context.Background())
+		idle := gctune.CCMIdle
+		if len(os.Args) > 1 && os.Args[1] == "agent" {
+			idle = gctune.AgentIdle
+		}
+		go gctune.Tune(context.Background(), idle)
 	}
 	if wantsVersion(os.Args[1:]) {
 		fmt.Println(version.String(program))

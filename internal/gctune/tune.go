@@ -16,13 +16,26 @@ const Interval = 5 * time.Second
 // the idle mode.
 const QuietWindow = 3 * Interval
 
-// IdleGCPercent is the GC percent of the idle mode (before idleHeadroomMin).
-const IdleGCPercent = 10
+// Idle is how far the idle mode lowers the heap's growth between collections.
+type Idle struct {
+	// Percent is the GC percent, raised to allow HeadroomMin (a small process keeps
+	// DefaultGCPercent's cheaper pace).
+	Percent int
+	// HeadroomMin is the least heap growth between two collections.
+	HeadroomMin uint64
+}
+
+// The idle modes of the two roles. The CCM's memory is what its targets bound (one
+// or a few replicas, the largest heaps); an agent runs on every host, where its CPU
+// counts a thousand times, and a slow burst of Service updates (the leader assigning
+// 10,000 addresses over minutes) allocates little enough per 15 s to count as idle:
+// it collects a fifth as often.
+var (
+	CCMIdle   = Idle{Percent: 5, HeadroomMin: 2 << 20}
+	AgentIdle = Idle{Percent: 25, HeadroomMin: 8 << 20}
+)
 
 const (
-	// idleHeadroomMin is the least heap growth the idle mode allows between two
-	// collections: a small process keeps DefaultGCPercent's cheaper pace.
-	idleHeadroomMin = 4 << 20
 	// busyAllocMin is the least allocation in one Interval that ends the idle mode.
 	busyAllocMin = 32 << 20
 	// releaseMin is the least free heap worth a forced collection to give back on
@@ -45,24 +58,27 @@ type heapStats struct {
 // Busy (the start, and any burst): DefaultGCPercent, the heap grows to one and a half
 // times the live data between collections, which keeps a burst's collections few.
 // Idle (the process allocated under half its live heap over the last QuietWindow):
-// IdleGCPercent, at least idleHeadroomMin of growth, and the free heap returned to
+// Idle.Percent, at least Idle.HeadroomMin of growth, and the free heap returned to
 // the OS on entry. An idle CCM holds its informer caches and little else, so what it
 // allocates between collections is what it holds above its live data: the idle mode
 // trades a few more collections of a mostly unchanging heap (each a few tens of
-// milliseconds of CPU) for a quarter of its memory. It ends when the last QuietWindow
+// milliseconds of CPU) for a quarter of its memory; the idle CCM's periodic passes
+// list from shared snapshots of its caches (internal/cachelist) so that there are
+// few: 4 in the benchmark's idle minute at 10,000 Services. It ends when the last QuietWindow
 // allocated as much as the live heap (twice the entry's threshold, so a steady rate
 // near it does not flip the mode), or at once when one Interval did (at least
 // busyAllocMin). The free heap is returned on an entry only after a burst since the
 // last return (releaseBurst), so a workload that turns busy and quiet every few
 // intervals does not force a collection each time.
 type tuner struct {
+	mode     Idle
 	allocs   []uint64 // the cumulative allocation at the last samples, oldest first
 	idle     bool
 	percent  int    // in effect
 	released uint64 // the cumulative allocation at the last release
 }
 
-func newTuner() *tuner { return &tuner{percent: DefaultGCPercent} }
+func newTuner(mode Idle) *tuner { return &tuner{mode: mode, percent: DefaultGCPercent} }
 
 // quietSamples is how many samples span QuietWindow.
 const quietSamples = int(QuietWindow/Interval) + 1
@@ -79,10 +95,10 @@ func (t *tuner) next(s heapStats) (percent int, release bool) {
 	case t.idle && (n >= 2 && t.allocs[n-1]-t.allocs[n-2] >= max(s.live, busyAllocMin) ||
 		n == quietSamples && t.allocs[n-1]-t.allocs[0] >= max(s.live, busyAllocMin)):
 		t.idle, t.percent = false, DefaultGCPercent
-	case !t.idle && n == quietSamples && t.allocs[n-1]-t.allocs[0] < s.live/2 && idlePercent(s.live) < DefaultGCPercent:
+	case !t.idle && n == quietSamples && t.allocs[n-1]-t.allocs[0] < s.live/2 && t.mode.percent(s.live) < DefaultGCPercent:
 		// The percent stays for the idle period (releasedAt makes the one change):
 		// the live heap moves by a few percent from one collection to the next.
-		t.idle, t.percent = true, idlePercent(s.live)
+		t.idle, t.percent = true, t.mode.percent(s.live)
 		release = s.free >= releaseMin && s.allocs-t.released >= max(2*s.live, releaseBurst)
 	}
 	return t.percent, release
@@ -93,18 +109,18 @@ func (t *tuner) next(s heapStats) (percent int, release bool) {
 func (t *tuner) releasedAt(s heapStats) int {
 	t.released = s.allocs
 	if t.idle {
-		t.percent = idlePercent(s.live)
+		t.percent = t.mode.percent(s.live)
 	}
 	return t.percent
 }
 
-// idlePercent is the idle mode's GC percent for a live heap: IdleGCPercent, or more
-// to allow idleHeadroomMin, never more than DefaultGCPercent.
-func idlePercent(live uint64) int {
+// percent is the idle mode's GC percent for a live heap: Percent, or more to allow
+// HeadroomMin, never more than DefaultGCPercent.
+func (i Idle) percent(live uint64) int {
 	if live == 0 {
 		return DefaultGCPercent
 	}
-	p := max(IdleGCPercent, int((idleHeadroomMin*100+live-1)/live))
+	p := max(i.Percent, int((i.HeadroomMin*100+live-1)/live))
 	return min(p, DefaultGCPercent)
 }
 
@@ -114,15 +130,15 @@ func idlePercent(live uint64) int {
 // runs once per entry into the idle mode. Go's scavenger alone keeps up to a tenth
 // more than the heap's goal resident: after 10,000 Services were assigned that was
 // some 30 MiB the process no longer needed.
-func Tune(ctx context.Context) {
-	tune(ctx, Interval, readHeapStats, debug.SetGCPercent, freeOSMemory)
+func Tune(ctx context.Context, mode Idle) {
+	tune(ctx, mode, Interval, readHeapStats, debug.SetGCPercent, freeOSMemory)
 }
 
-func tune(ctx context.Context, interval time.Duration, read func() heapStats, setPercent func(int) int, free func()) {
+func tune(ctx context.Context, mode Idle, interval time.Duration, read func() heapStats, setPercent func(int) int, free func()) {
 	logger := klog.FromContext(ctx)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	t := newTuner()
+	t := newTuner(mode)
 	for {
 		select {
 		case <-ctx.Done():

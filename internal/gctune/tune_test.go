@@ -18,15 +18,28 @@ func TestIdlePercent(t *testing.T) {
 		want int
 	}{
 		{0, DefaultGCPercent},
-		{4 * mib, DefaultGCPercent}, // 4 MiB of headroom is 100%
-		{8 * mib, DefaultGCPercent}, // exactly 50%
-		{16 * mib, 25},
-		{32 * mib, 13}, // 12.5%, rounded up
-		{60 * mib, IdleGCPercent},
-		{500 * mib, IdleGCPercent},
+		{2 * mib, DefaultGCPercent}, // 2 MiB of headroom is 100%
+		{4 * mib, DefaultGCPercent}, // exactly 50%
+		{8 * mib, 25},
+		{16 * mib, 13}, // 12.5%, rounded up
+		{60 * mib, CCMIdle.Percent},
+		{500 * mib, CCMIdle.Percent},
 	} {
-		if got := idlePercent(c.live); got != c.want {
-			t.Errorf("idlePercent(%d MiB) = %d, want %d", c.live/mib, got, c.want)
+		if got := CCMIdle.percent(c.live); got != c.want {
+			t.Errorf("CCMIdle.percent(%d MiB) = %d, want %d", c.live/mib, got, c.want)
+		}
+	}
+	// The agent's mode collects a fifth as often.
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{16 * mib, DefaultGCPercent},
+		{20 * mib, 40},
+		{60 * mib, AgentIdle.Percent},
+	} {
+		if got := AgentIdle.percent(c.live); got != c.want {
+			t.Errorf("AgentIdle.percent(%d MiB) = %d, want %d", c.live/mib, got, c.want)
 		}
 	}
 }
@@ -46,21 +59,21 @@ func TestTunerModes(t *testing.T) {
 		{"burst", 400 * mib, 40 * mib, DefaultGCPercent, false},
 		{"quiet 5 s (the window still holds the burst)", 5 * mib, 40 * mib, DefaultGCPercent, false},
 		{"quiet 10 s", 5 * mib, 40 * mib, DefaultGCPercent, false},
-		{"quiet 15 s: idle, free returned", 5 * mib, 40 * mib, IdleGCPercent, true},
-		{"idle", 5 * mib, 4 * mib, IdleGCPercent, false},
-		{"idle: a full resync's 25 MB stays idle", 25 * mib, 5 * mib, IdleGCPercent, false},
-		{"idle: no second release", 1 * mib, 20 * mib, IdleGCPercent, false},
+		{"quiet 15 s: idle, free returned", 5 * mib, 40 * mib, CCMIdle.Percent, true},
+		{"idle", 5 * mib, 4 * mib, CCMIdle.Percent, false},
+		{"idle: a full resync's 25 MB stays idle", 25 * mib, 5 * mib, CCMIdle.Percent, false},
+		{"idle: no second release", 1 * mib, 20 * mib, CCMIdle.Percent, false},
 		{"a burst of twice the live heap ends it", 200 * mib, 5 * mib, DefaultGCPercent, false},
 		{"quiet again, 5 s", 1 * mib, 30 * mib, DefaultGCPercent, false},
 		{"10 s", 1 * mib, 30 * mib, DefaultGCPercent, false},
-		{"15 s: the window is quiet, a burst since the release", 1 * mib, 30 * mib, IdleGCPercent, true},
-		{"idle", 1 * mib, 30 * mib, IdleGCPercent, false},
+		{"15 s: the window is quiet, a burst since the release", 1 * mib, 30 * mib, CCMIdle.Percent, true},
+		{"idle", 1 * mib, 30 * mib, CCMIdle.Percent, false},
 		{"a smaller burst, as large as the live heap, ends it", 100 * mib, 5 * mib, DefaultGCPercent, false},
 		{"quiet 5 s", 1 * mib, 30 * mib, DefaultGCPercent, false},
 		{"10 s", 1 * mib, 30 * mib, DefaultGCPercent, false},
-		{"15 s: idle again, no release (no burst of twice the live heap since the last)", 1 * mib, 30 * mib, IdleGCPercent, false},
+		{"15 s: idle again, no release (no burst of twice the live heap since the last)", 1 * mib, 30 * mib, CCMIdle.Percent, false},
 	}
-	tu := newTuner()
+	tu := newTuner(CCMIdle)
 	var allocs uint64
 	for i, s := range steps {
 		allocs += s.alloc
@@ -79,7 +92,7 @@ func TestTunerModes(t *testing.T) {
 // (it would otherwise collect the whole heap every few MB).
 func TestTunerSteadyLoadLeavesIdle(t *testing.T) {
 	live := uint64(60 * mib)
-	tu := newTuner()
+	tu := newTuner(CCMIdle)
 	var allocs uint64
 	step := func(alloc uint64) int {
 		allocs += alloc
@@ -101,7 +114,7 @@ func TestTunerSteadyLoadLeavesIdle(t *testing.T) {
 		}
 	}
 	// Just under the exit's rate (under the live heap per window) stays idle.
-	tu = newTuner()
+	tu = newTuner(CCMIdle)
 	allocs = 0
 	step(0)
 	step(500 * mib)
@@ -119,18 +132,18 @@ func TestTunerSteadyLoadLeavesIdle(t *testing.T) {
 // mode (the idle mode would allow as much growth), and an idle entry with little free
 // heap changes the percent without a forced collection.
 func TestTunerSmallProcess(t *testing.T) {
-	tu := newTuner()
+	tu := newTuner(CCMIdle)
 	for i := range 10 {
 		if p, r := tu.next(heapStats{allocs: uint64(i) * mib, free: 20 * mib, live: 6 * mib}); p != DefaultGCPercent || r {
 			t.Fatalf("sample %d: percent %d, release %v; want %d, false", i, p, r, DefaultGCPercent)
 		}
 	}
-	tu = newTuner()
+	tu = newTuner(CCMIdle)
 	for i := range quietSamples {
 		p, r := tu.next(heapStats{allocs: uint64(i) * mib, free: 2 * mib, live: 100 * mib})
 		want := DefaultGCPercent
 		if i == quietSamples-1 {
-			want = IdleGCPercent
+			want = CCMIdle.Percent
 		}
 		if p != want || r {
 			t.Errorf("sample %d: percent %d, release %v; want %d, false", i, p, r, want)
@@ -146,8 +159,8 @@ func TestTuneLoop(t *testing.T) {
 		{allocs: 500 * mib, free: 40 * mib, live: 80 * mib}, // a burst
 		{allocs: 501 * mib, free: 40 * mib, live: 80 * mib},
 		{allocs: 502 * mib, free: 40 * mib, live: 80 * mib},
-		{allocs: 503 * mib, free: 40 * mib, live: 80 * mib}, // idle: set 10, release
-		{allocs: 503 * mib, free: 0, live: 30 * mib},        // read after the release: the burst's garbage is gone, set 14
+		{allocs: 503 * mib, free: 40 * mib, live: 80 * mib}, // idle: set 5, release
+		{allocs: 503 * mib, free: 0, live: 30 * mib},        // read after the release: the burst's garbage is gone, set 7
 		{allocs: 504 * mib, free: 1 * mib, live: 30 * mib},
 		{allocs: 505 * mib, free: 1 * mib, live: 30 * mib},
 		{allocs: 700 * mib, free: 1 * mib, live: 30 * mib}, // busy: set 50
@@ -159,7 +172,7 @@ func TestTuneLoop(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tune(ctx, time.Millisecond, func() heapStats {
+		tune(ctx, CCMIdle, time.Millisecond, func() heapStats {
 			i := int(reads.Add(1)) - 1
 			if i >= len(stats)-1 {
 				cancel()
@@ -172,7 +185,7 @@ func TestTuneLoop(t *testing.T) {
 	if n := released.Load(); n != 1 {
 		t.Errorf("released %d times, want 1", n)
 	}
-	if want := []int{IdleGCPercent, 14, DefaultGCPercent}; !slices.Equal(set, want) {
+	if want := []int{CCMIdle.Percent, 7, DefaultGCPercent}; !slices.Equal(set, want) {
 		t.Errorf("percents set %v, want %v", set, want)
 	}
 }
@@ -209,9 +222,9 @@ func TestTuneReturnsMemory(t *testing.T) {
 	}
 	go func() {
 		defer close(done)
-		tune(ctx, 20*time.Millisecond, read, func(p int) int {
+		tune(ctx, CCMIdle, 20*time.Millisecond, read, func(p int) int {
 			percent.Store(int32(p))
-			if p == IdleGCPercent {
+			if p == CCMIdle.Percent {
 				defer cancel() // after the release, when there is one
 			}
 			return debug.SetGCPercent(p)
@@ -223,11 +236,11 @@ func TestTuneReturnsMemory(t *testing.T) {
 	}()
 	<-done
 	runtime.KeepAlive(live)
-	if p := int(percent.Load()); p != IdleGCPercent {
-		t.Fatalf("percent set %d, want the idle mode's %d", p, IdleGCPercent)
+	if p := int(percent.Load()); p != CCMIdle.Percent {
+		t.Fatalf("percent set %d, want the idle mode's %d", p, CCMIdle.Percent)
 	}
-	if now := debug.SetGCPercent(DefaultGCPercent); now != IdleGCPercent {
-		t.Errorf("runtime GC percent %d, want %d", now, IdleGCPercent)
+	if now := debug.SetGCPercent(DefaultGCPercent); now != CCMIdle.Percent {
+		t.Errorf("runtime GC percent %d, want %d", now, CCMIdle.Percent)
 	}
 	if released.Load() && freeAfter.Load() >= freeBefore.Load()/2 {
 		t.Errorf("free heap %d bytes before the release, %d after: want it returned", freeBefore.Load(), freeAfter.Load())

@@ -97,8 +97,10 @@ type Controller struct {
 	nodes    corelisters.NodeLister
 	slices   discoverylisters.EndpointSliceLister
 	synced   []cache.InformerSynced
-	kick     chan struct{}
-	limiter  flowcontrol.RateLimiter
+	// informers of services and nodes, for Run's shared listings.
+	svcInformer, nodeInformer cache.SharedIndexInformer
+	kick                      chan struct{}
+	limiter                   flowcontrol.RateLimiter
 
 	mu      sync.Mutex
 	written map[string]metav1.Condition // what this term wrote and the cache does not show yet
@@ -136,6 +138,7 @@ func New(o Options) (*Controller, error) {
 	sl := o.Informers.Discovery().V1().EndpointSlices()
 	c.services, c.nodes, c.slices = cachelist.ServiceLister(svc.Informer().GetIndexer()), cachelist.NodeLister(nd.Informer().GetIndexer()), sl.Lister()
 	c.synced = []cache.InformerSynced{svc.Informer().HasSynced, nd.Informer().HasSynced, sl.Informer().HasSynced}
+	c.svcInformer, c.nodeInformer = svc.Informer(), nd.Informer()
 	return c, nil
 }
 
@@ -146,10 +149,19 @@ func (c *Controller) Run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
+	// Passes every few seconds list every Service and Node: from listings shared
+	// until the caches change (an idle pass allocates no list).
+	svcs, nodes := c.services, c.nodes
+	if l, err := cachelist.SharedServiceLister(ctx, c.svcInformer); err == nil {
+		svcs = l
+	}
+	if l, err := cachelist.SharedNodeLister(ctx, c.nodeInformer); err == nil {
+		nodes = l
+	}
 	tick := time.NewTicker(c.o.Interval)
 	defer tick.Stop()
 	for {
-		c.pass(ctx)
+		c.passWith(ctx, svcs, nodes)
 		select {
 		case <-ctx.Done():
 			return
@@ -159,12 +171,15 @@ func (c *Controller) Run(ctx context.Context) {
 }
 
 // pass computes every Service's condition and writes those that changed.
-func (c *Controller) pass(ctx context.Context) {
-	svcs, err := c.services.List(labels.Everything())
+func (c *Controller) pass(ctx context.Context) { c.passWith(ctx, c.services, c.nodes) }
+
+// passWith is pass with the listers given (their listings are only read).
+func (c *Controller) passWith(ctx context.Context, services corelisters.ServiceLister, nodeLister corelisters.NodeLister) {
+	svcs, err := services.List(labels.Everything())
 	if err != nil {
 		return
 	}
-	nodes, _ := c.nodes.List(labels.Everything())
+	nodes, _ := nodeLister.List(labels.Everything())
 	var sessions []*v1alpha1.BGPSessionState
 	if c.o.Sessions != nil {
 		sessions, _ = c.o.Sessions.List(labels.Everything())
@@ -312,11 +327,13 @@ func (c *Controller) each(svcs []*v1.Service, nodes []*v1.Node, sessions []*v1al
 	// every Service's condition to the heap (10,000 allocations a pass).
 	var shared metav1.Condition
 	haveShared := false
+	var buf []netip.Addr // one buffer for every Service's IPs (none is kept)
 	for _, svc := range svcs {
 		if !lb.Owned(svc) || svc.DeletionTimestamp != nil {
 			continue
 		}
-		ips := lb.IngressIPs(svc)
+		buf = lb.AppendIngressIPs(buf[:0], svc)
+		ips := buf
 		if len(ips) == 0 {
 			continue
 		}

@@ -767,13 +767,18 @@ func key(svc *v1.Service) string { return svc.Namespace + "/" + svc.Name }
 
 // IngressIPs returns the IPs in the Service's status.
 func IngressIPs(svc *v1.Service) []netip.Addr {
-	var ips []netip.Addr
+	return AppendIngressIPs(nil, svc)
+}
+
+// AppendIngressIPs appends the IPs of IngressIPs(svc) to dst: a pass over every
+// Service reuses one buffer instead of allocating a slice per Service.
+func AppendIngressIPs(dst []netip.Addr, svc *v1.Service) []netip.Addr {
 	for _, in := range svc.Status.LoadBalancer.Ingress {
 		if ip, err := netip.ParseAddr(in.IP); err == nil {
-			ips = append(ips, ip.Unmap())
+			dst = append(dst, ip.Unmap())
 		}
 	}
-	return ips
+	return dst
 }
 
 func status(ips []netip.Addr) *v1.LoadBalancerStatus {

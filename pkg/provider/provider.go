@@ -466,10 +466,16 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 		t.wg.Go(func() { <-t.ctx.Done(); objects.Shutdown() })
 	}
 	b := c.cfg.BMC
+	// The monitor lists every Node each second: from a listing shared until the cache
+	// changes.
+	var monNodes corelisters.NodeLister = cachelist.NodeLister(informer.GetIndexer())
+	if l, err := cachelist.SharedNodeLister(t.ctx, informer); err == nil {
+		monNodes = l
+	}
 	mon := powermon.New(powermon.Config{
 		ReadyInterval: b.ReadyInterval.Duration, NotReadyInterval: b.NotReadyInterval.Duration, Tick: time.Second,
 		OutOfServiceAfter: durationOf(c.cfg.Instances.OutOfServiceAfter), DefaultCA: c.cfg.BMC.CAFile,
-	}, c.store, c.power, cachelist.NodeLister(informer.GetIndexer()), c.client, func(n *v1.Node, typ, reason, format string, args ...any) {
+	}, c.store, c.power, monNodes, c.client, func(n *v1.Node, typ, reason, format string, args ...any) {
 		c.recorder.Eventf(n, typ, reason, format, args...)
 	}, nil)
 	t.goRun("powermon", func(ctx context.Context) {

@@ -110,6 +110,7 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		gcs0 := agentGCs(ctx, b, worker)
 		start := time.Now()
 		burstProfile := make(chan struct{})
 		if profiles != "" {
@@ -140,6 +141,7 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		all := time.Since(start)
 		cpu1, _ := framework.ProcCPUTime(agent.PID())
 		rssBurst, _ := framework.ProcRSS(agent.PID())
+		gcs1 := agentGCs(ctx, b, worker)
 		<-burstProfile
 		// The burst's tail: the leader writes every Service's Announced condition
 		// (each a Service update every agent decodes), and the agent gives its free
@@ -162,6 +164,8 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		}
 		cpu2, _ := framework.ProcCPUTime(agent.PID())
 		rss, _ := framework.ProcRSS(agent.PID())
+		gcs2 := agentGCs(ctx, b, worker)
+		logGCModes(b, agent.LogPath())
 		burst, tail, idle := cpu1-cpu0, cpuTail-cpu1, cpu2-cpuTail
 		b.ReportMetric(mib(rssSynced), "rss-synced-MiB")
 		b.ReportMetric(mib(rssBurst), "rss-all-announced-MiB")
@@ -171,6 +175,8 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		b.ReportMetric(burst.Seconds(), "cpu-burst-s")
 		b.ReportMetric(tail.Seconds(), "cpu-tail-s")
 		b.ReportMetric(idle.Seconds(), "cpu-idle-minute-s")
+		b.ReportMetric(gcs1-gcs0, "gcs-burst")
+		b.ReportMetric(gcs2-gcs1, "gcs-tail-and-idle")
 		b.Logf("agent with %d Nodes and %d Services: RSS %.1f MiB after the first sync, %.1f MiB when all were announced (%v), %.1f MiB after the idle minute; CPU %.2f s for the burst, %.2f s for its tail (every Announced condition written %v after the first creation, then %v), %.2f s over the idle minute; load average %s",
 			memBenchNodes, memBenchServices, mib(rssSynced), mib(rssBurst), all.Round(time.Second), mib(rss), burst.Seconds(), tail.Seconds(),
 			conditions.Round(time.Second), gctune.QuietWindow+gctune.Interval+5*time.Second, idle.Seconds(), loadAvg())
@@ -185,4 +191,16 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// agentGCs is how many collections the agent's runtime has completed (its metrics,
+// served on loopback in the host's network namespace).
+func agentGCs(ctx context.Context, b *testing.B, h *framework.Host) float64 {
+	b.Helper()
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", h.Name, "curl", "-sSf", "http://"+defaultAgentAddr+"/metrics").Output()
+	if err != nil {
+		b.Errorf("reading the agent's metrics: %v", err)
+		return 0
+	}
+	return metricValue(string(out), "go_gc_duration_seconds_count")
 }

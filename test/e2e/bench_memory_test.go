@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -121,6 +124,7 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 		// collects more often to hold less).
 		cpuIdle0, _ := framework.ProcCPUTime(ccm.PID())
 		gcs0 := ccmGCs(ctx, ccm)
+		changes := watchChanges(ctx, b, client, ns)
 		if dir := os.Getenv("BAREMETAL_CCM_BENCH_PROFILES"); dir != "" {
 			// What the idle minute allocates: go tool pprof -sample_index=alloc_space
 			// -base this the last one. No forced collection: it would change what the
@@ -137,6 +141,12 @@ func BenchmarkMemory5000Nodes10000Services(b *testing.B) {
 		cpuIdle1, _ := framework.ProcCPUTime(ccm.PID())
 		b.ReportMetric((cpuIdle1 - cpuIdle0).Seconds(), "cpu-idle-minute-s")
 		b.ReportMetric(ccmGCs(ctx, ccm)-gcs0, "gcs-idle-minute")
+		// What the idle minute writes (each write comes back to every informer).
+		svcWrites, nodeWrites, events := changes()
+		b.ReportMetric(float64(svcWrites), "service-writes-idle-minute")
+		b.ReportMetric(float64(nodeWrites), "node-writes-idle-minute")
+		b.ReportMetric(float64(events), "events-idle-minute")
+		logGCModes(b, ccm.LogPath())
 		b.ReportMetric(mib(rss5), "rss-after-5s-MiB")
 		if anon, file, err := framework.ProcRSSParts(ccm.PID()); err == nil {
 			b.ReportMetric(mib(anon), "rss-anon-MiB")
@@ -254,6 +264,103 @@ func saveHeapProfile(ctx context.Context, b *testing.B, ccm *framework.CCM, path
 		return
 	}
 	b.Logf("heap profile in %s", path)
+}
+
+// watchChanges counts, from now until the returned function is called, the changes
+// to the Services of ns and to Nodes, and the Events of any namespace written
+// (created, updated or deleted, by any component). A watch that ends early fails the
+// benchmark: its count would read as a real one.
+func watchChanges(ctx context.Context, b *testing.B, client kubernetes.Interface, ns string) func() (svcs, nodes, events int) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	var counts [3]atomic.Int64
+	var ended [3]atomic.Bool
+	type lister func() (watch.Interface, error)
+	from := func(list func(context.Context, metav1.ListOptions) (string, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) lister {
+		return func() (watch.Interface, error) {
+			// Watched from a list's resourceVersion: no synthetic events for what exists.
+			rv, err := list(ctx, metav1.ListOptions{Limit: 1})
+			if err != nil {
+				return nil, err
+			}
+			return w(ctx, metav1.ListOptions{ResourceVersion: rv})
+		}
+	}
+	watches := []lister{
+		from(func(ctx context.Context, o metav1.ListOptions) (string, error) {
+			l, err := client.CoreV1().Services(ns).List(ctx, o)
+			if err != nil {
+				return "", err
+			}
+			return l.ResourceVersion, nil
+		}, client.CoreV1().Services(ns).Watch),
+		from(func(ctx context.Context, o metav1.ListOptions) (string, error) {
+			l, err := client.CoreV1().Nodes().List(ctx, o)
+			if err != nil {
+				return "", err
+			}
+			return l.ResourceVersion, nil
+		}, client.CoreV1().Nodes().Watch),
+		from(func(ctx context.Context, o metav1.ListOptions) (string, error) {
+			l, err := client.CoreV1().Events("").List(ctx, o)
+			if err != nil {
+				return "", err
+			}
+			return l.ResourceVersion, nil
+		}, client.CoreV1().Events("").Watch),
+	}
+	var wg sync.WaitGroup
+	for i, start := range watches {
+		w, err := start()
+		if err != nil {
+			b.Errorf("watching for the idle minute's writes: %v", err)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer w.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev, ok := <-w.ResultChan():
+					if !ok || ev.Type == watch.Error {
+						ended[i].Store(ctx.Err() == nil)
+						return
+					}
+					if ev.Type != watch.Bookmark {
+						counts[i].Add(1)
+					}
+				}
+			}
+		}()
+	}
+	stop := sync.OnceFunc(func() { cancel(); wg.Wait() })
+	b.Cleanup(stop) // a benchmark that fails before counting
+	return func() (int, int, int) {
+		stop()
+		for i, what := range []string{"Services", "Nodes", "Events"} {
+			if ended[i].Load() {
+				b.Errorf("the watch of %s ended early: its count of the idle minute's writes is short", what)
+			}
+		}
+		return int(counts[0].Load()), int(counts[1].Load()), int(counts[2].Load())
+	}
+}
+
+// logGCModes logs the garbage collector mode changes and releases (gctune, logged at
+// -v=1) from a CCM's or agent's log.
+func logGCModes(b *testing.B, logPath string) {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "Garbage collector mode changed") || strings.Contains(line, "Returned free heap memory") {
+			b.Log(line)
+		}
+	}
 }
 
 // metricValue returns the value of an unlabelled metric in Prometheus text, or 0.
