@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	goruntime "runtime"
 	"sync"
 	"testing"
 	"time"
@@ -67,5 +68,18 @@ func TestOwnNodeOnly(t *testing.T) {
 		if s != "list metadata.name=self" && s != "watch metadata.name=self" {
 			t.Errorf("Node request %q, want only the field selector metadata.name=self", s)
 		}
+	}
+}
+
+// The agent runs on one P unless the operator sets GOMAXPROCS.
+func TestLimitProcs(t *testing.T) {
+	before := goruntime.GOMAXPROCS(0)
+	defer goruntime.GOMAXPROCS(before)
+	goruntime.GOMAXPROCS(3)
+	if got := limitProcs(func(string) (string, bool) { return "3", true }); got != 3 || goruntime.GOMAXPROCS(0) != 3 {
+		t.Errorf("with GOMAXPROCS set: limitProcs = %d, GOMAXPROCS %d; want the operator's 3 kept", got, goruntime.GOMAXPROCS(0))
+	}
+	if got := limitProcs(func(string) (string, bool) { return "", false }); got != agentMaxProcs || goruntime.GOMAXPROCS(0) != agentMaxProcs {
+		t.Errorf("without GOMAXPROCS: limitProcs = %d, GOMAXPROCS %d; want %d", got, goruntime.GOMAXPROCS(0), agentMaxProcs)
 	}
 }

@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -243,15 +245,64 @@ func (a *Agent) serviceHandler() cache.ResourceEventHandler {
 // serviceMatters reports whether a Service update can change what the agent
 // applies: anything but its status conditions (the leader's Announced condition,
 // written for every Service after each burst, at a bounded rate, for minutes) and
-// the object's version. A resync (the same version) matters, as before.
+// the object's version. A resync (the same version) matters, as before. The metadata,
+// spec and load-balancer status are compared field by field, not reflectively
+// (TestServiceMattersCoversFields fails when their types gain a field): this runs for
+// every Service update the agent sees, tens of thousands in a burst.
 func serviceMatters(o, n *v1.Service) bool {
 	if o.ResourceVersion == n.ResourceVersion {
 		return true
 	}
-	c := *n // a shallow copy: n itself is the cache's, and stays untouched
-	c.ResourceVersion, c.ManagedFields = o.ResourceVersion, o.ManagedFields
-	c.Status.Conditions = o.Status.Conditions
-	return !equality.Semantic.DeepEqual(o, &c)
+	return !metaEqual(&o.ObjectMeta, &n.ObjectMeta) || !specEqual(&o.Spec, &n.Spec) ||
+		!slices.EqualFunc(o.Status.LoadBalancer.Ingress, n.Status.LoadBalancer.Ingress, ingressEqual)
+}
+
+// specEqual reports whether o and n are equal (nil and empty alike, as
+// equality.Semantic has them).
+func specEqual(o, n *v1.ServiceSpec) bool {
+	return o.Type == n.Type && o.ClusterIP == n.ClusterIP && o.SessionAffinity == n.SessionAffinity &&
+		o.LoadBalancerIP == n.LoadBalancerIP && o.ExternalName == n.ExternalName &&
+		o.ExternalTrafficPolicy == n.ExternalTrafficPolicy && o.HealthCheckNodePort == n.HealthCheckNodePort &&
+		o.PublishNotReadyAddresses == n.PublishNotReadyAddresses &&
+		ptrEqual(o.IPFamilyPolicy, n.IPFamilyPolicy) && ptrEqual(o.AllocateLoadBalancerNodePorts, n.AllocateLoadBalancerNodePorts) &&
+		ptrEqual(o.LoadBalancerClass, n.LoadBalancerClass) && ptrEqual(o.InternalTrafficPolicy, n.InternalTrafficPolicy) &&
+		ptrEqual(o.TrafficDistribution, n.TrafficDistribution) &&
+		slices.Equal(o.ClusterIPs, n.ClusterIPs) && slices.Equal(o.ExternalIPs, n.ExternalIPs) &&
+		slices.Equal(o.LoadBalancerSourceRanges, n.LoadBalancerSourceRanges) && slices.Equal(o.IPFamilies, n.IPFamilies) &&
+		maps.Equal(o.Selector, n.Selector) &&
+		slices.EqualFunc(o.Ports, n.Ports, func(a, b v1.ServicePort) bool {
+			return a.Name == b.Name && a.Protocol == b.Protocol && ptrEqual(a.AppProtocol, b.AppProtocol) &&
+				a.Port == b.Port && a.TargetPort == b.TargetPort && a.NodePort == b.NodePort
+		}) &&
+		(o.SessionAffinityConfig == nil && n.SessionAffinityConfig == nil ||
+			equality.Semantic.DeepEqual(o.SessionAffinityConfig, n.SessionAffinityConfig))
+}
+
+func ingressEqual(a, b v1.LoadBalancerIngress) bool {
+	return a.IP == b.IP && a.Hostname == b.Hostname && ptrEqual(a.IPMode, b.IPMode) &&
+		slices.EqualFunc(a.Ports, b.Ports, func(a, b v1.PortStatus) bool {
+			return a.Port == b.Port && a.Protocol == b.Protocol && ptrEqual(a.Error, b.Error)
+		})
+}
+
+// metaEqual reports whether o and n are equal but for the version, the managed fields
+// and selfLink (deprecated, no longer populated).
+func metaEqual(o, n *metav1.ObjectMeta) bool {
+	return o.Name == n.Name && o.Namespace == n.Namespace && o.UID == n.UID &&
+		o.GenerateName == n.GenerateName &&
+		o.Generation == n.Generation && o.CreationTimestamp.Equal(&n.CreationTimestamp) &&
+		o.DeletionTimestamp.Equal(n.DeletionTimestamp) &&
+		ptrEqual(o.DeletionGracePeriodSeconds, n.DeletionGracePeriodSeconds) &&
+		maps.Equal(o.Labels, n.Labels) && maps.Equal(o.Annotations, n.Annotations) &&
+		slices.Equal(o.Finalizers, n.Finalizers) &&
+		slices.EqualFunc(o.OwnerReferences, n.OwnerReferences, func(a, b metav1.OwnerReference) bool {
+			return a.APIVersion == b.APIVersion && a.Kind == b.Kind && a.Name == b.Name && a.UID == b.UID &&
+				ptrEqual(a.Controller, b.Controller) && ptrEqual(a.BlockOwnerDeletion, b.BlockOwnerDeletion)
+		})
+}
+
+func ptrEqual[T comparable](a, b *T) bool {
+	return a == b || (a != nil && b != nil && *a == *b)
 }
 
 func (a *Agent) sliceHandler() cache.ResourceEventHandler {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
@@ -288,6 +290,33 @@ func TestServiceMatters(t *testing.T) {
 		{"label", func(s *v1.Service) { s.ResourceVersion = "2"; s.Labels["a"] = "c" }, true},
 		{"annotation", func(s *v1.Service) { s.ResourceVersion = "2"; s.Annotations = map[string]string{"k": "v"} }, true},
 		{"deleted", func(s *v1.Service) { s.ResourceVersion = "2"; s.DeletionTimestamp = ptr.To(metav1.Now()) }, true},
+		{"finalizer", func(s *v1.Service) { s.ResourceVersion = "2"; s.Finalizers = []string{"f"} }, true},
+		{"owner", func(s *v1.Service) {
+			s.ResourceVersion = "2"
+			s.OwnerReferences = []metav1.OwnerReference{{Kind: "K", Name: "o", Controller: ptr.To(true)}}
+		}, true},
+		{"managed fields and version only", func(s *v1.Service) {
+			s.ResourceVersion = "2"
+			s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
+		}, false},
+		{"ingress mode", func(s *v1.Service) {
+			s.ResourceVersion = "2"
+			s.Status.LoadBalancer.Ingress[0].IPMode = ptr.To(v1.LoadBalancerIPModeProxy)
+		}, true},
+		{"class", func(s *v1.Service) { s.ResourceVersion = "2"; s.Spec.LoadBalancerClass = ptr.To("c") }, true},
+		{"port", func(s *v1.Service) {
+			s.ResourceVersion = "2"
+			s.Spec.Ports = []v1.ServicePort{{Port: 80, TargetPort: intstr.FromString("http")}}
+		}, true},
+		{"selector", func(s *v1.Service) { s.ResourceVersion = "2"; s.Spec.Selector = map[string]string{"a": "b"} }, true},
+		{"ingress port error", func(s *v1.Service) {
+			s.ResourceVersion = "2"
+			s.Status.LoadBalancer.Ingress[0].Ports = []v1.PortStatus{{Port: 80, Error: ptr.To("x")}}
+		}, true},
+		{"empty slices and maps for nil", func(s *v1.Service) {
+			s.ResourceVersion = "2"
+			s.Annotations, s.Finalizers, s.Spec.Ports, s.Spec.Selector = map[string]string{}, []string{}, []v1.ServicePort{}, map[string]string{}
+		}, false},
 	} {
 		n := base.DeepCopy()
 		tc.change(n)
@@ -412,4 +441,56 @@ func TestPeersOnlyWhenTheyMayChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the peers applied after the Node changed", func() bool { return refreshes() == first+2 })
+}
+
+// serviceMatters compares field by field: a field added by a Kubernetes upgrade must
+// be compared there (or named here as ignored) before this passes.
+func TestServiceMattersCoversFields(t *testing.T) {
+	for typ, known := range map[reflect.Type][]string{
+		reflect.TypeFor[metav1.ObjectMeta](): {"Name", "GenerateName", "Namespace", "SelfLink", "UID",
+			"ResourceVersion", "Generation", "CreationTimestamp", "DeletionTimestamp",
+			"DeletionGracePeriodSeconds", "Labels", "Annotations", "OwnerReferences", "Finalizers", "ManagedFields"},
+		reflect.TypeFor[metav1.OwnerReference](): {"APIVersion", "Kind", "Name", "UID", "Controller", "BlockOwnerDeletion"},
+		reflect.TypeFor[v1.ServiceSpec](): {"Ports", "Selector", "ClusterIP", "ClusterIPs", "Type", "ExternalIPs",
+			"SessionAffinity", "LoadBalancerIP", "LoadBalancerSourceRanges", "ExternalName", "ExternalTrafficPolicy",
+			"HealthCheckNodePort", "PublishNotReadyAddresses", "SessionAffinityConfig", "IPFamilies", "IPFamilyPolicy",
+			"AllocateLoadBalancerNodePorts", "LoadBalancerClass", "InternalTrafficPolicy", "TrafficDistribution"},
+		reflect.TypeFor[v1.ServicePort]():         {"Name", "Protocol", "AppProtocol", "Port", "TargetPort", "NodePort"},
+		reflect.TypeFor[v1.ServiceStatus]():       {"LoadBalancer", "Conditions"},
+		reflect.TypeFor[v1.LoadBalancerStatus]():  {"Ingress"},
+		reflect.TypeFor[v1.LoadBalancerIngress](): {"IP", "Hostname", "IPMode", "Ports"},
+		reflect.TypeFor[v1.PortStatus]():          {"Port", "Protocol", "Error"},
+		reflect.TypeFor[v1.Service]():             {"TypeMeta", "ObjectMeta", "Spec", "Status"},
+	} {
+		var got []string
+		for f := range typ.Fields() {
+			got = append(got, f.Name)
+		}
+		if !slices.Equal(got, known) {
+			t.Errorf("%s has fields %v, metaEqual knows %v: compare the new ones in metaEqual", typ, got, known)
+		}
+	}
+}
+
+// BenchmarkServiceMatters: the leader's Announced condition written on a Service, the
+// update the agent sees for every Service after a burst.
+func BenchmarkServiceMatters(b *testing.B) {
+	o := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "svc-1234", UID: "0f6c1c2e-8d0f-4a55-9d89-1f1b8f0d2c11", ResourceVersion: "1",
+			CreationTimestamp: metav1.Now(), Labels: map[string]string{"app": "svc-1234", "tier": "web"},
+			Annotations: map[string]string{"baremetal-ccm.io/pool": "default"}, Finalizers: []string{"service.kubernetes.io/load-balancer-cleanup"}},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyCluster,
+			IPFamilies: []v1.IPFamily{v1.IPv4Protocol}, IPFamilyPolicy: ptr.To(v1.IPFamilyPolicySingleStack),
+			InternalTrafficPolicy: ptr.To(v1.ServiceInternalTrafficPolicyCluster), AllocateLoadBalancerNodePorts: ptr.To(true)},
+		Status: v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: "198.18.4.210", IPMode: ptr.To(v1.LoadBalancerIPModeVIP)}}}},
+	}
+	n := o.DeepCopy()
+	n.ResourceVersion = "2"
+	n.Status.Conditions = []metav1.Condition{{Type: lb.ConditionAnnounced, Status: metav1.ConditionTrue, Reason: "Announced", Message: "announced over BGP"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if serviceMatters(o, n) {
+			b.Fatal("a condition-only update matters")
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,7 +99,8 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		if profiles != "" {
 			args = append(args, "--profiling")
 		}
-		agent := framework.StartAgentIn(b, worker, agentCfg, self, args...)
+		// BAREMETAL_CCM_BENCH_AGENT_ENV: extra environment for the agent only.
+		agent := framework.StartAgentInEnv(b, worker, strings.Fields(os.Getenv("BAREMETAL_CCM_BENCH_AGENT_ENV")), agentCfg, self, args...)
 		if err := framework.WaitFor(ctx, 5*time.Minute, "the agent's pod CIDR in BIRD", func(ctx context.Context) (bool, error) {
 			n, err := router.CountRoutes(ctx)
 			return n >= 1, err
@@ -111,6 +113,19 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 			b.Fatal(err)
 		}
 		gcs0 := agentGCs(ctx, b, worker)
+		// What the burst allocates: the allocation profile (cumulative since the
+		// agent started) before and after it, for pprof -diff_base.
+		allocs := func(name string) {
+			if profiles == "" {
+				return
+			}
+			out := filepath.Join(profiles, "agent-5000-nodes-10000-services-"+name+".allocs.pb.gz")
+			if msg, err := exec.CommandContext(ctx, "ip", "netns", "exec", worker.Name, "curl", "-sSf", "-o", out,
+				"http://"+defaultAgentAddr+"/debug/pprof/allocs").CombinedOutput(); err != nil {
+				b.Errorf("agent allocation profile: %v: %s", err, msg)
+			}
+		}
+		allocs("before-burst")
 		start := time.Now()
 		burstProfile := make(chan struct{})
 		if profiles != "" {
@@ -126,6 +141,7 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		} else {
 			close(burstProfile)
 		}
+		changes := watchChanges(ctx, b, client, ns)
 		parallel(b, memBenchServices, func(i int) error {
 			svc := lbBenchService(i)
 			svc.Spec.AllocateLoadBalancerNodePorts = ptr.To(false)
@@ -140,6 +156,8 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		}
 		all := time.Since(start)
 		cpu1, _ := framework.ProcCPUTime(agent.PID())
+		svcWrites, nodeWrites, _ := changes()
+		allocs("burst")
 		rssBurst, _ := framework.ProcRSS(agent.PID())
 		gcs1 := agentGCs(ctx, b, worker)
 		<-burstProfile
@@ -177,6 +195,9 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 		b.ReportMetric(idle.Seconds(), "cpu-idle-minute-s")
 		b.ReportMetric(gcs1-gcs0, "gcs-burst")
 		b.ReportMetric(gcs2-gcs1, "gcs-tail-and-idle")
+		// What the agent's informers decode in the burst: each creation and write.
+		b.ReportMetric(float64(svcWrites), "service-changes-burst")
+		b.ReportMetric(float64(nodeWrites), "node-changes-burst")
 		b.Logf("agent with %d Nodes and %d Services: RSS %.1f MiB after the first sync, %.1f MiB when all were announced (%v), %.1f MiB after the idle minute; CPU %.2f s for the burst, %.2f s for its tail (every Announced condition written %v after the first creation, then %v), %.2f s over the idle minute; load average %s",
 			memBenchNodes, memBenchServices, mib(rssSynced), mib(rssBurst), all.Round(time.Second), mib(rss), burst.Seconds(), tail.Seconds(),
 			conditions.Round(time.Second), gctune.QuietWindow+gctune.Interval+5*time.Second, idle.Seconds(), loadAvg())
@@ -187,9 +208,7 @@ func BenchmarkAgent5000Nodes10000Services(b *testing.B) {
 			_, err := client.CoreV1().Services(ns).Patch(ctx, lbBenchName(i), types.MergePatchType, patch, metav1.PatchOptions{})
 			return err
 		})
-		if err := client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
-			b.Fatal(err)
-		}
+		deleteNamespace(ctx, b, client, ns, memBenchServices)
 	}
 }
 

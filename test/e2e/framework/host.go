@@ -159,9 +159,15 @@ type Agent = Process
 // kubeconfig and the given CloudConfig and node name.
 func StartAgentIn(t testing.TB, h *Host, cloudConfigPath, nodeName string, extraArgs ...string) *Agent {
 	t.Helper()
+	return StartAgentInEnv(t, h, nil, cloudConfigPath, nodeName, extraArgs...)
+}
+
+// StartAgentInEnv is StartAgentIn with env added to the agent's environment.
+func StartAgentInEnv(t testing.TB, h *Host, env []string, cloudConfigPath, nodeName string, extraArgs ...string) *Agent {
+	t.Helper()
 	args := append([]string{CCMBinary(), "agent",
 		"--kubeconfig=" + h.Kubeconfig, "--cloud-config=" + cloudConfigPath, "--node-name=" + nodeName, "--v=4"}, extraArgs...)
-	return StartIn(t, h, "agent", nil, args...)
+	return StartIn(t, h, "agent", env, args...)
 }
 
 // StartIn starts argv in h's namespace (ip netns exec, which execs argv: the PID is
