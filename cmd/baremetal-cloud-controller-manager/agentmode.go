@@ -60,8 +60,9 @@ on --serving-address (loopback by default; empty serves nothing).
 // small; with more Ps, each of the tens of thousands of watch events of a burst hands
 // off between goroutines on different threads, waking idle ones that spin and sleep
 // again. One P cut the agent's CPU per Service update by a quarter on 2 cores
-// (BenchmarkAgent5000Nodes10000Services); the runtime still preempts a long pass
-// every 10 ms, so BFD and BGP timers keep their pace.
+// (BenchmarkAgent5000Nodes10000Services). The runtime preempts a long pass every
+// 10 ms, so timers keep their pace, but a received BFD packet can wait a slice or two:
+// docs/configuration.md asks for GOMAXPROCS=2 with BFD detection under about 150 ms.
 const agentMaxProcs = 1
 
 // limitProcs sets agentMaxProcs unless lookup (os.LookupEnv) finds GOMAXPROCS, and

@@ -467,7 +467,7 @@ func TestServiceMattersCoversFields(t *testing.T) {
 			got = append(got, f.Name)
 		}
 		if !slices.Equal(got, known) {
-			t.Errorf("%s has fields %v, metaEqual knows %v: compare the new ones in metaEqual", typ, got, known)
+			t.Errorf("%s has fields %v, serviceMatters knows %v: compare the new ones (metaEqual, specEqual, ingressEqual)", typ, got, known)
 		}
 	}
 }
