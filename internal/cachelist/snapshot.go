@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // snapshot holds every object of an informer's cache in one slice that listings share
@@ -68,23 +69,28 @@ func (s *snapshot[T]) all() []T {
 // snapshot). For periodic passes; an event-driven caller takes NodeLister. Nodes
 // whose kubelets post status change the cache every few seconds in a large cluster,
 // so a Node listing is mostly rebuilt there; Services change far less often. The
-// event handler it adds to informer is removed when ctx ends.
-func SharedNodeLister(ctx context.Context, informer cache.SharedIndexInformer) (corelisters.NodeLister, error) {
+// event handler it adds to informer is removed when ctx ends. An informer that
+// takes no handler (it has stopped) gets the plain NodeLister, with the cause logged.
+func SharedNodeLister(ctx context.Context, informer cache.SharedIndexInformer) corelisters.NodeLister {
+	plain := NodeLister(informer.GetIndexer())
 	s, err := newSnapshot[*v1.Node](ctx, informer)
 	if err != nil {
-		return nil, err
+		klog.FromContext(ctx).Error(err, "Listing Nodes without a shared snapshot")
+		return plain
 	}
-	return sharedNodeLister{NodeLister(informer.GetIndexer()), s}, nil
+	return sharedNodeLister{plain, s}
 }
 
 // SharedServiceLister is ServiceLister with a shared listing of everything, as
 // SharedNodeLister.
-func SharedServiceLister(ctx context.Context, informer cache.SharedIndexInformer) (corelisters.ServiceLister, error) {
+func SharedServiceLister(ctx context.Context, informer cache.SharedIndexInformer) corelisters.ServiceLister {
+	plain := ServiceLister(informer.GetIndexer())
 	s, err := newSnapshot[*v1.Service](ctx, informer)
 	if err != nil {
-		return nil, err
+		klog.FromContext(ctx).Error(err, "Listing Services without a shared snapshot")
+		return plain
 	}
-	return sharedServiceLister{ServiceLister(informer.GetIndexer()), s}, nil
+	return sharedServiceLister{plain, s}
 }
 
 type sharedNodeLister struct {

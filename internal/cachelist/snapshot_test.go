@@ -24,9 +24,9 @@ func TestSharedNodeLister(t *testing.T) {
 	)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	inf := factory.Core().V1().Nodes().Informer()
-	l, err := SharedNodeLister(ctx, inf)
-	if err != nil {
-		t.Fatal(err)
+	l := SharedNodeLister(ctx, inf)
+	if _, ok := l.(sharedNodeLister); !ok {
+		t.Fatalf("SharedNodeLister = %T, want the shared lister", l)
 	}
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
@@ -79,9 +79,9 @@ func TestSharedServiceLister(t *testing.T) {
 	client := fake.NewClientset(&v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "a"}})
 	factory := informers.NewSharedInformerFactory(client, 0)
 	inf := factory.Core().V1().Services().Informer()
-	l, err := SharedServiceLister(ctx, inf)
-	if err != nil {
-		t.Fatal(err)
+	l := SharedServiceLister(ctx, inf)
+	if _, ok := l.(sharedServiceLister); !ok {
+		t.Fatalf("SharedServiceLister = %T, want the shared lister", l)
 	}
 	factory.Start(ctx.Done())
 	cache.WaitForCacheSync(ctx.Done(), inf.HasSynced)
@@ -118,9 +118,9 @@ func BenchmarkSharedListNodes(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	l, err := SharedNodeLister(ctx, inf)
-	if err != nil {
-		b.Fatal(err)
+	l := SharedNodeLister(ctx, inf)
+	if _, ok := l.(sharedNodeLister); !ok {
+		b.Fatalf("SharedNodeLister = %T, want the shared lister", l)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -151,5 +151,38 @@ func TestSnapshotAge(t *testing.T) {
 	now = now.Add(time.Second)
 	if again := s.all(); &again[0] == &first[0] {
 		t.Error("not rebuilt after maxSnapshotAge")
+	}
+}
+
+// An informer that has stopped takes no event handler: the listers fall back to
+// listing its cache each time, which stays correct.
+func TestSharedListersStoppedInformer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}},
+		&v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "s"}})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	nodes, svcs := factory.Core().V1().Nodes().Informer(), factory.Core().V1().Services().Informer()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, svcs.HasSynced) {
+		t.Fatal("cache not synced")
+	}
+	cancel()
+	factory.Shutdown()
+	if !nodes.IsStopped() || !svcs.IsStopped() {
+		t.Fatal("the informers did not stop")
+	}
+	nl := SharedNodeLister(context.Background(), nodes)
+	if _, ok := nl.(sharedNodeLister); ok {
+		t.Error("SharedNodeLister on a stopped informer is the shared lister; want the plain one")
+	}
+	if got, err := nl.List(labels.Everything()); err != nil || len(got) != 1 || got[0].Name != "a" {
+		t.Errorf("List = %v, %v; want Node a", got, err)
+	}
+	sl := SharedServiceLister(context.Background(), svcs)
+	if _, ok := sl.(sharedServiceLister); ok {
+		t.Error("SharedServiceLister on a stopped informer is the shared lister; want the plain one")
+	}
+	if got, err := sl.List(labels.Everything()); err != nil || len(got) != 1 || got[0].Name != "s" {
+		t.Errorf("List = %v, %v; want Service x/s", got, err)
 	}
 }

@@ -151,13 +151,8 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 	// Passes every few seconds list every Service and Node: from listings shared
 	// until the caches change (an idle pass allocates no list).
-	svcs, nodes := c.services, c.nodes
-	if l, err := cachelist.SharedServiceLister(ctx, c.svcInformer); err == nil {
-		svcs = l
-	}
-	if l, err := cachelist.SharedNodeLister(ctx, c.nodeInformer); err == nil {
-		nodes = l
-	}
+	svcs := cachelist.SharedServiceLister(ctx, c.svcInformer)
+	nodes := cachelist.SharedNodeLister(ctx, c.nodeInformer)
 	tick := time.NewTicker(c.o.Interval)
 	defer tick.Stop()
 	for {

@@ -95,13 +95,19 @@ type Problem struct {
 	Err     error
 }
 
+// announcedService reports whether Desired announces svc's addresses: ours and not
+// being deleted.
+func announcedService(svc *v1.Service) bool {
+	return Owned(svc) && svc.DeletionTimestamp == nil
+}
+
 // Desired computes every announcement, sorted by prefix. It is a pure function of s.
 func Desired(s State) ([]Announcement, []Problem) {
 	// Sized once, for every address of the Services announced: growing a slice of
 	// 10,000 announcements by doubling allocated twice what it holds.
 	n := 0
 	for _, svc := range s.Services {
-		if Owned(svc) && svc.DeletionTimestamp == nil {
+		if announcedService(svc) {
 			n += len(svc.Status.LoadBalancer.Ingress)
 		}
 	}
@@ -122,7 +128,7 @@ func Desired(s State) ([]Announcement, []Problem) {
 		gs = nil
 	}
 	for _, svc := range s.Services {
-		if !Owned(svc) || svc.DeletionTimestamp != nil {
+		if !announcedService(svc) {
 			continue
 		}
 		ips := IngressIPs(svc)

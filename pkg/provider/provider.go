@@ -468,10 +468,7 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 	b := c.cfg.BMC
 	// The monitor lists every Node each second: from a listing shared until the cache
 	// changes.
-	var monNodes corelisters.NodeLister = cachelist.NodeLister(informer.GetIndexer())
-	if l, err := cachelist.SharedNodeLister(t.ctx, informer); err == nil {
-		monNodes = l
-	}
+	monNodes := cachelist.SharedNodeLister(t.ctx, informer)
 	mon := powermon.New(powermon.Config{
 		ReadyInterval: b.ReadyInterval.Duration, NotReadyInterval: b.NotReadyInterval.Duration, Tick: time.Second,
 		OutOfServiceAfter: durationOf(c.cfg.Instances.OutOfServiceAfter), DefaultCA: c.cfg.BMC.CAFile,
